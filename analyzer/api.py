@@ -1,0 +1,107 @@
+"""The library API behind the CLI: open traces or a loaded database, run queries.
+
+Everything the CLI does goes through these functions, so a notebook can do the
+same thing without click:
+
+    >>> from analyzer import api
+    >>> ws = api.open_traces("sample_traces/")
+    >>> ws.con.sql("select * from accept_length").pl()
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from .load import LoadSummary, Progress, StructuralError, load_traces, read_summary
+from .views import create_views
+
+DEFAULT_MEMORY_LIMIT = "4GB"
+
+
+@dataclass
+class Workspace:
+    """A DuckDB connection holding clean tables and views, and how they were loaded."""
+
+    con: duckdb.DuckDBPyConnection
+    summary: LoadSummary
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def connect(database: str | Path = ":memory:", *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
+            read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A connection whose memory is bounded; beyond the limit DuckDB spills to a temp directory."""
+    con = duckdb.connect(str(database), read_only=read_only)
+    con.execute("set TimeZone = 'UTC'")
+    try:
+        con.execute(f"set memory_limit = '{memory_limit}'")
+    except duckdb.Error as exc:
+        con.close()
+        raise ValueError(f"invalid --memory-limit {memory_limit!r}: {str(exc).splitlines()[0]}") from None
+    con.execute(f"set temp_directory = '{_spill_dir()}'")
+    return con
+
+
+def _spill_dir() -> str:
+    return str(Path(tempfile.gettempdir()) / "specan_spill")
+
+
+def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: str = DEFAULT_MEMORY_LIMIT,
+                progress: Progress | None = None) -> Workspace:
+    """Load a trace directory into an in-memory database with every view."""
+    con = connect(memory_limit=memory_limit)
+    try:
+        summary = load_traces(con, traces, date=date, progress=progress)
+        if progress:
+            progress("creating views")
+        create_views(con)
+    except BaseException:
+        con.close()
+        raise
+    return Workspace(con, summary)
+
+
+def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> Workspace:
+    """Open a database written by ``specan load``."""
+    if not Path(db).is_file():
+        raise StructuralError(db, "trace_tables", None, "database file not found")
+    con = connect(db, memory_limit=memory_limit, read_only=True)
+    return Workspace(con, read_summary(con))
+
+
+def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
+                   progress: Progress | None = None) -> LoadSummary:
+    """Write clean tables and views to ``db``. It is built aside and renamed, so a failed
+    load never leaves a half-written database behind."""
+    db = Path(db)
+    partial = db.with_name(db.name + ".partial")
+    for leftover in (partial, Path(str(partial) + ".wal")):
+        leftover.unlink(missing_ok=True)
+    con = connect(partial, memory_limit=memory_limit)
+    try:
+        summary = load_traces(con, traces, progress=progress)
+        if progress:
+            progress("creating views")
+        create_views(con)
+        con.execute("checkpoint")
+    except BaseException:
+        con.close()
+        partial.unlink(missing_ok=True)
+        raise
+    con.close()
+    os.replace(partial, db)
+    return summary
+
+
+def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple]]:
+    """Run one query; return its column names and rows."""
+    result = con.execute(sql)
+    if result.description is None:
+        return [], []
+    return [d[0] for d in result.description], result.fetchall()

@@ -1,0 +1,184 @@
+"""The ``specan`` command line: parse options, call the library, print the result.
+
+Library errors become ``click.ClickException`` subclasses, so a user never
+sees a traceback for bad input. Exit status (commands.md): 0 done, 1 a gate,
+regression or ``--strict`` finding, 2 bad usage or structural input error.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+import duckdb
+
+from . import api
+from .load import StructuralError
+from .report import tables, text
+from .views import ViewError
+
+
+class InputError(click.ClickException):
+    """Bad usage or structural input: exit status 2, one line on stderr."""
+
+    exit_code = 2
+
+
+class Progress:
+    """Phase lines on stderr (never stdout), with elapsed seconds."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.start = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            click.echo(f"[{time.monotonic() - self.start:6.1f}s] {message}", err=True)
+
+
+def _progress_option(f):
+    return click.option("--progress/--no-progress", default=None,
+                        help="Show progress on stderr (default: when stderr is a terminal).")(f)
+
+
+def _memory_option(f):
+    return click.option("--memory-limit", default=api.DEFAULT_MEMORY_LIMIT, show_default=True,
+                        help="DuckDB memory limit; larger work spills to a temp directory.")(f)
+
+
+def _progress(flag: bool | None) -> Progress:
+    return Progress(sys.stderr.isatty() if flag is None else flag)
+
+
+def _fail(exc: Exception) -> InputError:
+    return InputError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="specan")
+def main() -> None:
+    """specan: does speculative decoding pay off on your traffic?
+
+    Reads per-round Parquet traces (see the trace format in the README) into
+    DuckDB and computes accept length, the round-cost ledger, speedup against a
+    matched baseline, latency and more.
+
+    \b
+    Example:
+        specan validate sample_traces/
+    """
+
+
+_TRACES = click.argument("traces", type=click.Path(path_type=Path))
+
+
+@main.command()
+@_TRACES
+@click.option("--strict", is_flag=True, help="Exit 1 when any row was rejected.")
+@_memory_option
+@_progress_option
+def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | None) -> None:
+    """Check the structure of TRACES, apply the row rules, and print counts.
+
+    Exit status: 0 valid (rejected rows are reported but allowed), 1 rejected
+    rows under --strict, 2 a structural error.
+
+    \b
+    Example:
+        specan validate sample_traces/ --strict
+    """
+    try:
+        ws = api.open_traces(traces, memory_limit=memory_limit, progress=_progress(progress))
+    except (StructuralError, ViewError, ValueError) as exc:
+        raise _fail(exc) from None
+    try:
+        click.echo(text.validation_summary(ws.summary, text.rejected_examples(ws.con)), nl=False)
+    finally:
+        ws.close()
+    if strict and ws.summary.rejected_total:
+        sys.exit(1)
+
+
+@main.command()
+@_TRACES
+@click.option("--db", "db", required=True, type=click.Path(path_type=Path),
+              help="DuckDB database file to write (replaced if it exists).")
+@_memory_option
+@_progress_option
+def load(traces: Path, db: Path, memory_limit: str, progress: bool | None) -> None:
+    """Write the clean tables and every view of TRACES to a DuckDB database.
+
+    The database needs no specan afterwards: `duckdb FILE` can query it.
+
+    \b
+    Example:
+        specan load sample_traces/ --db traces.duckdb
+        duckdb traces.duckdb "select * from accept_length"
+    """
+    try:
+        summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress))
+    except (StructuralError, ViewError, ValueError) as exc:
+        raise _fail(exc) from None
+    click.echo(text.validation_summary(summary), nl=False)
+    click.echo(f"wrote {db}")
+
+
+@main.command()
+@click.argument("args", nargs=-1, required=True)
+@click.option("--db", "db", type=click.Path(path_type=Path), help="Query a database written by `specan load`.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@_memory_option
+@_progress_option
+def sql(args: tuple[str, ...], db: Path | None, fmt: str, memory_limit: str, progress: bool | None) -> None:
+    """Run one SQL query against the clean tables and views.
+
+    ARGS is `TRACES QUERY`, or just `QUERY` with --db.
+
+    \b
+    Examples:
+        specan sql sample_traces/ "select deployment_id, mean_accept_length from accept_length"
+        specan sql --db traces.duckdb "select * from rejected_rows" --format csv
+    """
+    expected = 1 if db else 2
+    if len(args) != expected:
+        raise click.UsageError("expected QUERY with --db, else TRACES QUERY")
+    try:
+        ws = (api.open_database(db, memory_limit=memory_limit) if db else
+              api.open_traces(args[0], memory_limit=memory_limit, progress=_progress(progress)))
+    except (StructuralError, ViewError, ValueError) as exc:
+        raise _fail(exc) from None
+    try:
+        columns, rows = api.query(ws.con, args[-1])
+    except duckdb.Error as exc:
+        raise _fail(exc) from None
+    finally:
+        ws.close()
+    render = {"table": tables.aligned, "csv": tables.to_csv, "json": tables.to_json}[fmt]
+    click.echo(render(columns, rows), nl=False)
+
+
+@main.command()
+@click.argument("outdir", type=click.Path(path_type=Path))
+@click.option("--seed", default=0, show_default=True, help="Random seed; the output is identical for a seed.")
+@click.option("--requests", "requests", default=None, type=click.IntRange(min=1),
+              help="Requests per deployment per day.")
+@click.option("--days", default=None, type=click.IntRange(min=1), help="Number of date= partitions.")
+@_progress_option
+def simulate(outdir: Path, seed: int, requests: int | None, days: int | None, progress: bool | None) -> None:
+    """Write synthetic traces to OUTDIR from a documented generative model.
+
+    `sample_traces/` is this command's default output.
+
+    \b
+    Example:
+        specan simulate /tmp/traces --seed 1 --days 2
+    """
+    from .simulate import simulate as run_simulation
+
+    options = {k: v for k, v in {"requests": requests, "days": days}.items() if v is not None}
+    counts = run_simulation(outdir, seed=seed, progress=_progress(progress), **options)
+    for table, n in counts.items():
+        click.echo(f"{table:<12} {n:>9} rows")
+    click.echo(f"wrote {outdir}")

@@ -1,0 +1,318 @@
+"""Read a trace directory into DuckDB: find the files, check their structure,
+apply the row rules, and build the clean tables.
+
+The flow, per table in the order deployments, requests, steps, rounds:
+
+1. ``discover`` finds ``TRACES/<table>.parquet`` or ``TRACES/<table>/**/*.parquet``
+   and reads every file's Parquet footer (cheap: no data pages).
+2. ``check_structure`` raises ``StructuralError`` for unreadable files, missing
+   required tables or columns, and values that cannot be cast to the declared
+   type. These stop the run: nothing can be analysed correctly from such input.
+3. One scan per table casts every column into a raw table (``_raw_<table>``),
+   with defaults applied and NaN/inf read as null.
+4. The row rules (``analyzer.rules``) pick out the rejected rows; the rest
+   become the clean table that every view reads.
+
+The SQL text itself lives in ``analyzer.rules`` (rules) and ``sql/`` (views);
+this module decides *what* to build from the files it finds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import rules
+from .schema import TABLE_ORDER, TableSchema, load_schemas
+
+Progress = Callable[[str], None]
+
+_PARTITION_SEGMENT = re.compile(r"^([^=/]+)=(.*)$")
+
+
+class StructuralError(Exception):
+    """Input that cannot be analysed at all. The CLI prints it and exits 2."""
+
+    def __init__(self, file: str | Path | None, table: str, column: str | None, problem: str):
+        self.file, self.table, self.column, self.problem = file, table, column, problem
+        where = [str(file)] if file is not None else []
+        where.append(f"table {table}")
+        if column:
+            where.append(f"column {column}")
+        super().__init__(f"{': '.join(where[:1])}: {', '.join(where[1:])}: {problem}" if file else
+                         f"{', '.join(where)}: {problem}")
+
+
+@dataclass
+class TableFiles:
+    """The Parquet files of one table, and what their footers say."""
+
+    table: str
+    files: list[Path] = field(default_factory=list)
+    file_schemas: dict[Path, pa.Schema] = field(default_factory=dict)
+    partitions: list[str] = field(default_factory=list)
+    file_partitions: dict[Path, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def present(self) -> bool:
+        return bool(self.files)
+
+    def columns_in(self, path: Path) -> set[str]:
+        return set(self.file_schemas[path].names) | set(self.file_partitions[path])
+
+    @property
+    def columns_anywhere(self) -> set[str]:
+        found: set[str] = set()
+        for path in self.files:
+            found |= self.columns_in(path)
+        return found
+
+
+@dataclass
+class LoadSummary:
+    rows_read: dict[str, int]
+    rows_clean: dict[str, int]
+    present: dict[str, bool]
+    rejected: dict[str, dict[str, int]]
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(sum(by_reason.values()) for by_reason in self.rejected.values())
+
+
+# ----------------------------------------------------------------------------
+# 1. discovery
+
+
+def _table_paths(traces: Path, table: str) -> tuple[Path | None, list[Path]]:
+    single = traces / f"{table}.parquet"
+    folder = traces / table
+    if single.is_file() and folder.is_dir():
+        raise StructuralError(traces, table, None,
+                              f"both {single.name} and {table}/ exist; expected one of them")
+    if single.is_file():
+        return None, [single]
+    if folder.is_dir():
+        return folder, sorted(p for p in folder.rglob("*.parquet") if p.is_file())
+    return None, []
+
+
+def _partitions_of(path: Path, root: Path | None) -> dict[str, str]:
+    if root is None:
+        return {}
+    found = {}
+    for segment in path.relative_to(root).parts[:-1]:
+        match = _PARTITION_SEGMENT.match(segment)
+        if match:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def discover(traces: Path, date: str | None = None, tables: tuple[str, ...] = TABLE_ORDER) -> dict[str, TableFiles]:
+    """Find each table's files and read their footers.
+
+    With ``date``, a table partitioned by ``date=`` keeps only that date's files.
+    """
+    traces = Path(traces)
+    if not traces.is_dir():
+        raise StructuralError(traces, "deployments", None, "expected a trace directory")
+    found = {}
+    for table in tables:
+        root, paths = _table_paths(traces, table)
+        entry = TableFiles(table)
+        for path in paths:
+            entry.file_partitions[path] = _partitions_of(path, root)
+        if date is not None and any("date" in p for p in entry.file_partitions.values()):
+            paths = [p for p in paths if entry.file_partitions[p].get("date") == date]
+        for path in paths:
+            try:
+                entry.file_schemas[path] = pq.read_schema(path)
+            except (pa.ArrowException, OSError) as exc:
+                raise StructuralError(path, table, None, f"not readable Parquet ({_first_line(exc)})") from None
+            entry.files.append(path)
+            for key in entry.file_partitions[path]:
+                if key not in entry.partitions:
+                    entry.partitions.append(key)
+        found[table] = entry
+    return found
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# ----------------------------------------------------------------------------
+# 2. structure
+
+# Arrow types that convert to the declared type without any chance of failure.
+def _always_castable(arrow_type: pa.DataType, declared: str) -> bool:
+    if pa.types.is_null(arrow_type):
+        return True
+    if declared == "VARCHAR":
+        return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_dictionary(arrow_type)
+    if declared == "INTEGER":
+        return arrow_type in (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16())
+    if declared == "BIGINT":
+        return pa.types.is_integer(arrow_type) and arrow_type != pa.uint64()
+    if declared == "DOUBLE":
+        return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type)
+    if declared == "BOOLEAN":
+        return pa.types.is_boolean(arrow_type)
+    if declared == "TIMESTAMP":
+        return pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type)
+    if declared == "INTEGER[]":
+        return ((pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type))
+                and _always_castable(arrow_type.value_type, "INTEGER"))
+    return False
+
+
+def check_structure(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]) -> None:
+    """Raise StructuralError for a missing table or column, or an uncastable value."""
+    schemas = load_schemas()
+    for table, entry in found.items():
+        schema = schemas[table]
+        if schema.required and not entry.present:
+            raise StructuralError(None, table, None,
+                                  f"required table is missing: expected {table}.parquet or {table}/**/*.parquet")
+        for path in entry.files:
+            have = entry.columns_in(path)
+            for column in schema.required_columns:
+                if column not in have:
+                    raise StructuralError(path, table, column, "required column is missing")
+            arrow = entry.file_schemas[path]
+            for column in schema.columns:
+                if column.name not in arrow.names:
+                    continue
+                arrow_type = arrow.field(column.name).type
+                if not _always_castable(arrow_type, column.type):
+                    _check_cast(con, path, table, column.name, column.type, arrow_type)
+
+
+def _check_cast(con, path: Path, table: str, column: str, declared: str, arrow_type: pa.DataType) -> None:
+    """Find a value in one file that does not convert to the declared type."""
+    sql = rules.uncastable_value_sql(column, declared)
+    try:
+        bad = con.execute(sql, [str(path)]).fetchone()
+    except duckdb.Error as exc:
+        raise StructuralError(path, table, column,
+                              f"expected {declared}, found {arrow_type} ({_first_line(exc)})") from None
+    if bad is not None:
+        raise StructuralError(path, table, column,
+                              f"expected {declared}, found {arrow_type} value {bad[0]!r} that cannot be cast")
+
+
+# ----------------------------------------------------------------------------
+# 3 + 4. build raw and clean tables
+
+
+def load_traces(
+    con: duckdb.DuckDBPyConnection,
+    traces: str | Path,
+    *,
+    date: str | None = None,
+    progress: Progress | None = None,
+) -> LoadSummary:
+    """Build the clean tables, ``rejected_rows`` and the metadata tables in ``con``."""
+    say = progress or (lambda _msg: None)
+    con.execute("set TimeZone = 'UTC'")
+    found = discover(Path(traces), date=date)
+    say("checking structure")
+    check_structure(con, found)
+    schemas = load_schemas()
+
+    for table in TABLE_ORDER:
+        entry = found[table]
+        say(f"reading {table} ({len(entry.files)} file{'s' if len(entry.files) != 1 else ''})")
+        _execute(con, rules.raw_table_sql(schemas[table], _plan(entry, schemas[table], found)), entry)
+
+    rejected: dict[str, dict[str, int]] = {}
+    con.execute("create or replace table rejected_rows (table_name varchar, row_key varchar, reason varchar)")
+    for table in TABLE_ORDER:
+        say(f"applying row rules to {table}")
+        schema = schemas[table]
+        plan = _plan(found[table], schema, found)
+        con.execute(rules.rejected_sql(schema, plan))
+        con.execute(rules.clean_table_sql(schema, plan))
+        con.execute(f"insert into rejected_rows select table_name, row_key, reason from _rejected_{table}")
+        rejected[table] = dict(con.execute(
+            f"select reason, count(*) from _rejected_{table} group by reason order by reason").fetchall())
+
+    rows_read = {t: con.execute(f"select count(*) from _raw_{t}").fetchone()[0] for t in TABLE_ORDER}
+    rows_clean = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLE_ORDER}
+    _write_metadata(con, found, schemas, rows_read, rows_clean)
+    for table in TABLE_ORDER:
+        con.execute(f"drop table _raw_{table}")
+        con.execute(f"drop table _rejected_{table}")
+    return LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected)
+
+
+def _plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) -> rules.TablePlan:
+    """What the SQL builders need to know about this table's files."""
+    def shared(other: str) -> tuple[str, ...]:
+        if other == "deployments" or schema.table == "deployments":
+            return ()
+        return tuple(p for p in entry.partitions if p in found[other].partitions)
+
+    present = entry.columns_anywhere
+    return rules.TablePlan(
+        table=schema.table,
+        files=tuple(str(p) for p in entry.files),
+        partitions=tuple(entry.partitions),
+        present_columns=frozenset(c for c in schema.column_names if c in present),
+        extra_columns=tuple(sorted(present - set(schema.column_names) - set(entry.partitions))),
+        parent_present={t: found[t].present for t in found},
+        shared_partitions={t: shared(t) for t in found},
+        stop_reason_anywhere="stop_reason" in present if schema.table == "rounds" else True,
+    )
+
+
+def _execute(con, sql: str, entry: TableFiles) -> None:
+    try:
+        con.execute(sql)
+    except duckdb.Error as exc:
+        raise StructuralError(entry.files[0] if len(entry.files) == 1 else entry.files[0].parent,
+                              entry.table, None, f"cannot be read: {_first_line(exc)}") from None
+
+
+def _write_metadata(con, found, schemas, rows_read, rows_clean) -> None:
+    con.execute("""create or replace table trace_tables (
+        table_name varchar, present boolean, num_files integer, rows_read bigint, rows_clean bigint)""")
+    con.executemany("insert into trace_tables values (?, ?, ?, ?, ?)", [
+        (t, found[t].present, len(found[t].files), rows_read[t], rows_clean[t]) for t in TABLE_ORDER])
+    con.execute("""create or replace table trace_columns (
+        table_name varchar, column_name varchar, listed boolean, present boolean, partition boolean)""")
+    rows = []
+    for table in TABLE_ORDER:
+        entry, schema = found[table], schemas[table]
+        anywhere = entry.columns_anywhere
+        for name in schema.column_names:
+            rows.append((table, name, True, name in anywhere, name in entry.partitions))
+        for name in sorted(anywhere - set(schema.column_names)):
+            rows.append((table, name, False, True, name in entry.partitions))
+    con.executemany("insert into trace_columns values (?, ?, ?, ?, ?)", rows)
+
+
+def read_summary(con: duckdb.DuckDBPyConnection) -> LoadSummary:
+    """The summary of an already loaded database (``specan load`` output)."""
+    try:
+        meta = con.execute("select table_name, present, rows_read, rows_clean from trace_tables").fetchall()
+    except duckdb.Error:
+        raise StructuralError(None, "trace_tables", None,
+                              "not a specan database: run `specan load TRACES --db FILE` first") from None
+    rejected: dict[str, dict[str, int]] = {t: {} for t, *_ in meta}
+    for table, reason, n in con.execute(
+            "select table_name, reason, count(*) from rejected_rows group by all order by all").fetchall():
+        rejected.setdefault(table, {})[reason] = n
+    return LoadSummary(
+        rows_read={t: r for t, _, r, _ in meta},
+        rows_clean={t: c for t, _, _, c in meta},
+        present={t: p for t, p, _, _ in meta},
+        rejected=rejected,
+    )

@@ -1,0 +1,1 @@
+"""Rendering: turn query results and view rows into text, Markdown and JSON."""

@@ -1,0 +1,248 @@
+"""SQL for the raw → clean step: casts, defaults and the row rules.
+
+Every statement here is generated from a table's schema (``schemas/*.json``)
+and a ``TablePlan`` describing the files actually found, because the columns
+present and the Hive partition columns are only known at load time.
+
+Row rules, per trace-format.md:
+
+- ``null_required`` first, then ``duplicate_key`` among the remaining rows
+  (every copy is rejected), then ``negative_count``, the table's own rules and
+  the ``unknown_*`` references, in the order listed in the schema.
+- A rejected row is recorded once, under the first rule it breaks.
+- ``unknown_*`` looks the parent key up among *all* parent rows as read.
+
+Join keys: a partition column is part of its table's key, and a join between
+two tables also matches every partition column they share. The clean tables
+carry that join as one integer per link, ``request_uid`` (rounds ↔ requests)
+and ``step_uid`` (rounds ↔ steps), so the views in ``sql/`` stay independent
+of how a trace directory happens to be partitioned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .schema import TableSchema
+
+DECLARED_TO_DUCKDB = {
+    "VARCHAR": "varchar",
+    "INTEGER": "integer",
+    "BIGINT": "bigint",
+    "DOUBLE": "double",
+    "BOOLEAN": "boolean",
+    "TIMESTAMP": "timestamp",
+    "INTEGER[]": "integer[]",
+}
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    table: str
+    files: tuple[str, ...]
+    partitions: tuple[str, ...]
+    present_columns: frozenset[str]
+    extra_columns: tuple[str, ...] = ()
+    parent_present: dict[str, bool] = field(default_factory=dict)
+    shared_partitions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    stop_reason_anywhere: bool = True
+
+
+def q(name: str) -> str:
+    """Quote an identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def lit(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _file_list(files: tuple[str, ...]) -> str:
+    return "[" + ", ".join(lit(f) for f in files) + "]"
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def uncastable_value_sql(column: str, declared: str) -> str:
+    """One value of ``column`` in the file given as parameter that does not fit ``declared``."""
+    target = DECLARED_TO_DUCKDB[declared]
+    c = q(column)
+    lossy = ""
+    if declared in ("INTEGER", "BIGINT"):
+        # A count stored as 3.5 would be silently rounded by a cast.
+        lossy = f" or try_cast({c} as double) <> try_cast({c} as {target})"
+    return (f"select cast({c} as varchar) from read_parquet(?) "
+            f"where {c} is not null and (try_cast({c} as {target}) is null{lossy}) limit 1")
+
+
+# --------------------------------------------------------------------------- raw tables
+
+
+def _cast(name: str, declared: str) -> str:
+    target = DECLARED_TO_DUCKDB[declared]
+    expr = f"cast({q(name)} as {target})"
+    if declared == "DOUBLE":
+        # NaN and ±inf are read as null (trace-format.md).
+        return f"case when isfinite({expr}) then {expr} end"
+    return expr
+
+
+def _column_exprs(schema: TableSchema, plan: TablePlan) -> dict[str, str]:
+    exprs: dict[str, str] = {}
+    for column in schema.columns:
+        target = DECLARED_TO_DUCKDB[column.type]
+        if column.name in plan.present_columns:
+            expr = _cast(column.name, column.type)
+        else:
+            expr = f"cast(null as {target})"
+        if column.default is not None:
+            expr = f"coalesce({expr}, {lit(column.default)})"
+        exprs[column.name] = expr
+    for column in schema.columns:
+        if column.default_column:
+            exprs[column.name] = f"coalesce({exprs[column.name]}, {exprs[column.default_column]})"
+    return exprs
+
+
+def _uid(exprs: dict[str, str], columns: tuple[str, ...], partitions: tuple[str, ...]) -> str:
+    parts = [exprs[c] for c in columns] + [f"cast({q(p)} as varchar)" for p in partitions]
+    return f"hash({', '.join(parts)})"
+
+
+def _link_columns(schema: TableSchema, plan: TablePlan, exprs: dict[str, str]) -> dict[str, str]:
+    """request_uid / step_uid: the join keys between rounds and its parents."""
+    links: dict[str, str] = {}
+    if schema.table == "requests":
+        links["request_uid"] = _uid(exprs, ("deployment_id", "request_id"), plan.shared_partitions["rounds"])
+    elif schema.table == "steps":
+        links["step_uid"] = _uid(exprs, ("deployment_id", "step_id"), plan.shared_partitions["rounds"])
+    elif schema.table == "rounds":
+        # Without a requests table a request is identified by the rounds' own key.
+        request_parts = (plan.shared_partitions["requests"] if plan.parent_present.get("requests")
+                         else tuple(p for p in plan.partitions if p not in schema.key))
+        links["request_uid"] = _uid(exprs, ("deployment_id", "request_id"), request_parts)
+        step = _uid(exprs, ("deployment_id", "step_id"), plan.shared_partitions["steps"])
+        links["step_uid"] = f"case when {exprs['step_id']} is not null then {step} end"
+    return links
+
+
+def _partition_columns(schema: TableSchema, plan: TablePlan) -> tuple[str, ...]:
+    return tuple(p for p in plan.partitions if p not in schema.column_names)
+
+
+def raw_table_sql(schema: TableSchema, plan: TablePlan) -> str:
+    """One scan of the table's files into ``_raw_<table>``, typed and defaulted."""
+    exprs = _column_exprs(schema, plan)
+    select = [f"{expr} as {q(name)}" for name, expr in exprs.items()]
+    select += [q(c) for c in plan.extra_columns]
+    select += [q(p) for p in _partition_columns(schema, plan)]
+    select += [f"{expr} as {name}" for name, expr in _link_columns(schema, plan, exprs).items()]
+    select.append("row_number() over () as _row")
+    columns = ",\n  ".join(select)
+    if not plan.files:
+        return f"create or replace table _raw_{schema.table} as select\n  {columns}\nwhere false"
+    hive = "true" if plan.partitions else "false"
+    return (f"create or replace table _raw_{schema.table} as select\n  {columns}\n"
+            f"from read_parquet({_file_list(plan.files)}, union_by_name = true, hive_partitioning = {hive})")
+
+
+# --------------------------------------------------------------------------- row rules
+
+
+def _key_columns(schema: TableSchema, plan: TablePlan) -> tuple[str, ...]:
+    if not schema.partitions_in_key:
+        return schema.key
+    return schema.key + _partition_columns(schema, plan)
+
+
+def _row_key(schema: TableSchema, plan: TablePlan) -> str:
+    parts = [f"'{c}=' || coalesce(cast(r.{q(c)} as varchar), 'NULL')" for c in _key_columns(schema, plan)]
+    return f"concat_ws(', ', {', '.join(parts)})"
+
+
+def _null_required(schema: TableSchema) -> str:
+    return " or ".join(f"r.{q(c)} is null" for c in schema.required_columns)
+
+
+def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
+    """``_rejected_<table>(table_name, row_key, reason, _row)``: one row per rejected row."""
+    if schema.merge_identical_rows:
+        return _rejected_merged_sql(schema, plan)
+    keys = _key_columns(schema, plan)
+    null_required = _null_required(schema)
+    ctes = [f"r as (select * from _raw_{schema.table})"]
+    if any("_implicit_stop_round" in rule.when for rule in schema.rules):
+        ctes[0] = _implicit_stop_cte(schema, plan)
+    ctes.append(
+        "dup as (select " + ", ".join(f"{q(k)} as _k{i}" for i, k in enumerate(keys))
+        + f", true as _dup from r where not ({null_required}) group by all having count(*) > 1)")
+    joins = ["left join dup on " + " and ".join(f"r.{q(k)} = dup._k{i}" for i, k in enumerate(keys))]
+    cases = [f"when {null_required} then 'null_required'", "when dup._dup then 'duplicate_key'"]
+    if schema.negative_count and schema.count_columns:
+        cases.append("when " + " or ".join(f"r.{q(c)} < 0" for c in schema.count_columns)
+                     + " then 'negative_count'")
+    for rule in schema.rules:
+        cases.append(f"when {rule.when} then {lit(rule.reason)}")
+    for i, ref in enumerate(schema.references):
+        if not plan.parent_present.get(ref.table, False):
+            continue  # "when requests is present": an absent parent table checks nothing
+        columns = ref.columns + plan.shared_partitions.get(ref.table, ())
+        ctes.append(
+            f"p{i} as (select distinct " + ", ".join(f"{q(c)} as _p{j}" for j, c in enumerate(columns))
+            + f", true as _found from _raw_{ref.table})")
+        joins.append(f"left join p{i} on " + " and ".join(f"r.{q(c)} = p{i}._p{j}" for j, c in enumerate(columns)))
+        unless = f"r.{q(ref.unless_null)} is not null and " if ref.unless_null else ""
+        cases.append(f"when {unless}p{i}._found is null then {lit(ref.reason)}")
+    return (
+        f"create or replace table _rejected_{schema.table} as\nwith " + ",\n".join(ctes) + "\n"
+        f"select * from (\n  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,\n"
+        f"    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._row\n"
+        f"  from r\n  " + "\n  ".join(joins) + "\n) where reason is not null"
+    )
+
+
+def _implicit_stop_cte(schema: TableSchema, plan: TablePlan) -> str:
+    """Without any stop_reason column, a request's last round is its stopping round."""
+    if plan.stop_reason_anywhere:
+        return f"r as (select *, false as _implicit_stop_round from _raw_{schema.table})"
+    return (f"r as (select *, round_idx = max(round_idx) over (partition by request_uid) "
+            f"as _implicit_stop_round from _raw_{schema.table})")
+
+
+def _rejected_merged_sql(schema: TableSchema, plan: TablePlan) -> str:
+    """deployments: identical copies are one row; copies that differ are all duplicate_key."""
+    null_required = _null_required(schema)
+    listed = ", ".join(q(c) for c in schema.column_names)
+    (key,) = schema.key
+    return f"""create or replace table _rejected_{schema.table} as
+with r as (select * from _raw_{schema.table}),
+variants as (
+  select {q(key)} as _k, count(distinct ({listed})) as _n
+  from r where not ({null_required}) group by all
+)
+select * from (
+  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,
+    case
+      when {null_required} then 'null_required'
+      when variants._n > 1 then 'duplicate_key'
+    end as reason,
+    r._row
+  from r left join variants on r.{q(key)} = variants._k
+) where reason is not null"""
+
+
+def clean_table_sql(schema: TableSchema, plan: TablePlan) -> str:
+    """The clean table: every row that no rule rejected."""
+    if schema.merge_identical_rows:
+        (key,) = schema.key
+        drop = ", ".join(["_row"] + [q(p) for p in _partition_columns(schema, plan)])
+        return (f"create or replace table {schema.table} as select * exclude ({drop}) "
+                f"from _raw_{schema.table} r anti join _rejected_{schema.table} j on r._row = j._row "
+                f"qualify row_number() over (partition by r.{q(key)} order by r._row) = 1")
+    return (f"create or replace table {schema.table} as select * exclude (_row) "
+            f"from _raw_{schema.table} r anti join _rejected_{schema.table} j on r._row = j._row")

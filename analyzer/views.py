@@ -1,0 +1,78 @@
+"""Create the views in ``sql/``: one view per file, the file name is the view name.
+
+Dependencies come from the SQL itself: a view depends on every other view whose
+name appears in its text as an identifier. The views are created in
+topological order, so adding a file never needs a registry edit. A cycle is an
+error that names the cycle.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import duckdb
+
+from .resources import resource_dir
+
+LAYERS = ("clean", "metrics")
+
+_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_IDENTIFIER = re.compile(r'"([^"]+)"|\b([A-Za-z_][A-Za-z0-9_]*)\b')
+
+
+class ViewError(Exception):
+    """A problem with the SQL files themselves (cycle, duplicate name, bad SQL)."""
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    layer: str
+    path: Path
+    sql: str
+    purpose: str
+
+    def references(self) -> set[str]:
+        code = _STRING.sub("''", _COMMENT.sub(" ", self.sql))
+        return {(m.group(1) or m.group(2)).lower() for m in _IDENTIFIER.finditer(code)}
+
+
+def discover_views(sql_dir: Path | None = None) -> dict[str, View]:
+    sql_dir = sql_dir or resource_dir("sql")
+    views: dict[str, View] = {}
+    for layer in LAYERS:
+        for path in sorted((sql_dir / layer).glob("*.sql")):
+            name = path.stem.lower()
+            if name in views:
+                raise ViewError(f"{path}: view {name} is also defined in {views[name].path}")
+            text = path.read_text(encoding="utf-8").strip().rstrip(";").strip()
+            purpose = " ".join(line[2:].strip() for line in text.splitlines()
+                               if line.startswith("--")).strip()
+            views[name] = View(name, layer, path, text, purpose)
+    return views
+
+
+def dependency_order(views: dict[str, View]) -> list[str]:
+    graph = {name: sorted((view.references() & views.keys()) - {name}) for name, view in views.items()}
+    try:
+        return list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        cycle = exc.args[1]
+        raise ViewError("views form a cycle: " + " -> ".join(cycle)) from None
+
+
+def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None) -> list[str]:
+    """Create every view; returns their names in creation order."""
+    views = discover_views(sql_dir)
+    order = dependency_order(views)
+    for name in order:
+        view = views[name]
+        try:
+            con.execute(f'create or replace view "{name}" as\n{view.sql}')
+        except duckdb.Error as exc:
+            raise ViewError(f"{view.path}: cannot create view {name}: {str(exc).splitlines()[0]}") from None
+    return order

@@ -1,0 +1,85 @@
+"""Build small trace directories for tests, typed from the schemas.
+
+    write_traces(tmp_path, deployments=[{...}], rounds=[{...}])
+
+Each table is a list of row dicts; only the keys that appear in some row become
+columns, so a test can leave optional columns out entirely. A table given as
+``{"date=2026-11-27": [...], "date=2026-11-28": [...]}`` is written Hive-partitioned.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analyzer.schema import load_schemas
+
+ARROW = {
+    "VARCHAR": pa.string(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "INTEGER[]": pa.list_(pa.int32()),
+}
+
+T0 = dt.datetime(2026, 11, 28, 12, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def at(ms: float) -> dt.datetime:
+    """A timestamp ``ms`` milliseconds after a fixed instant."""
+    return T0 + dt.timedelta(milliseconds=ms)
+
+
+def arrow_table(table: str, rows: list[dict], types: dict[str, pa.DataType] | None = None) -> pa.Table:
+    schema = load_schemas()[table]
+    declared = {c.name: ARROW[c.type] for c in schema.columns}
+    names: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in names:
+                names.append(key)
+    fields = []
+    for name in names:
+        typ = (types or {}).get(name) or declared.get(name)
+        if typ is None:
+            values = [r.get(name) for r in rows if r.get(name) is not None]
+            typ = pa.array(values).type if values else pa.null()
+        fields.append(pa.field(name, typ))
+    arrow_schema = pa.schema(fields)
+    return pa.Table.from_pylist([{n: r.get(n) for n in names} for r in rows], schema=arrow_schema)
+
+
+def write_table(root: Path, table: str, rows, types=None, name: str = "part-0.parquet") -> None:
+    root = Path(root)
+    if isinstance(rows, dict):
+        for partition, part_rows in rows.items():
+            folder = root / table / partition
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(arrow_table(table, part_rows, types), folder / name)
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        pq.write_table(arrow_table(table, rows, types), root / f"{table}.parquet")
+
+
+def write_traces(root: Path, *, deployments=None, requests=None, steps=None, rounds=None, types=None) -> Path:
+    for table, rows in (("deployments", deployments), ("requests", requests), ("steps", steps), ("rounds", rounds)):
+        if rows is not None:
+            write_table(root, table, rows, (types or {}).get(table))
+    return Path(root)
+
+
+def deployment(deployment_id: str, method: str = "eagle", gamma: int = 4, **extra) -> dict:
+    return {"deployment_id": deployment_id, "model": "m", "method": method,
+            "num_speculative_tokens": 0 if method == "none" else gamma, **extra}
+
+
+def round_row(deployment_id: str, request_id: str, round_idx: int, drafted: int, accepted: int,
+              committed: int | None = None, **extra) -> dict:
+    return {"deployment_id": deployment_id, "request_id": request_id, "round_idx": round_idx,
+            "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
+            "num_committed_tokens": accepted + 1 if committed is None else committed, **extra}
