@@ -182,3 +182,18 @@ def simulate(outdir: Path, seed: int, requests: int | None, days: int | None, pr
     for table, n in counts.items():
         click.echo(f"{table:<12} {n:>9} rows")
     click.echo(f"wrote {outdir}")
+
+
+@main.command()
+def schema() -> None:
+    """Print the trace format (tables, columns, types, defaults, row rules) as Markdown.
+
+    It is generated from schemas/*.json, the same declarations the loader checks.
+
+    \b
+    Example:
+        specan schema > TRACE_FORMAT.md
+    """
+    from .schema import format_table_markdown
+
+    click.echo(format_table_markdown(), nl=False)

@@ -1,0 +1,5 @@
+"""``python -m analyzer`` is the same as the ``specan`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,36 @@
+"""The wheel carries the SQL and schema files and works from another directory."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_installs_and_runs_from_another_directory(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "-w", str(wheels), str(ROOT)], check=True)
+    (wheel,) = wheels.glob("specan-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "analyzer/schemas/rounds.json" in names
+    assert any(n.startswith("analyzer/sql/metrics/") and n.endswith(".sql") for n in names)
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "specan = analyzer.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
+                    str(wheel)], check=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import analyzer.resources as r; print(r.resource_dir('sql'))"],
+                           cwd=elsewhere, env=env, capture_output=True, text=True, check=True)
+    assert Path(where.stdout.strip()) == site / "analyzer" / "sql"
+    run = subprocess.run([sys.executable, "-m", "analyzer", "validate", str(ROOT / "sample_traces")],
+                         cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("table ")
+    assert "rejected rows: 0" in run.stdout
