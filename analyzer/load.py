@@ -145,7 +145,8 @@ def discover(traces: Path, date: str | None = None, tables: tuple[str, ...] = TA
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    line = text[0] if text else type(exc).__name__
+    return "".join(ch if ch.isprintable() else "?" for ch in line)
 
 
 # ----------------------------------------------------------------------------
@@ -277,8 +278,19 @@ def _execute(con, sql: str, entry: TableFiles) -> None:
     try:
         con.execute(sql)
     except duckdb.Error as exc:
-        raise StructuralError(entry.files[0] if len(entry.files) == 1 else entry.files[0].parent,
-                              entry.table, None, f"cannot be read: {_first_line(exc)}") from None
+        culprit = _unreadable_file(con, entry)
+        raise StructuralError(culprit or entry.files[0].parent, entry.table, None,
+                              f"not readable Parquet ({_first_line(exc)})") from None
+
+
+def _unreadable_file(con, entry: TableFiles) -> Path | None:
+    """The first file whose data pages cannot be decoded (only called after a failed scan)."""
+    for path in entry.files:
+        try:
+            con.execute("select max(hash(t)) from read_parquet(?) as t", [str(path)]).fetchall()
+        except duckdb.Error:
+            return path
+    return None
 
 
 def _write_metadata(con, found, schemas, rows_read, rows_clean) -> None:

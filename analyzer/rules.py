@@ -48,6 +48,10 @@ class TablePlan:
     stop_reason_anywhere: bool = True
 
 
+# Columns the loader adds. An input column of the same name is kept as input_<name>.
+DERIVED_COLUMNS = ("request_uid", "step_uid", "_specan_row")
+
+
 def q(name: str) -> str:
     """Quote an identifier."""
     return '"' + name.replace('"', '""') + '"'
@@ -73,9 +77,11 @@ def uncastable_value_sql(column: str, declared: str) -> str:
     target = DECLARED_TO_DUCKDB[declared]
     c = q(column)
     lossy = ""
+    # A count stored as 3.5 would be silently rounded by a cast.
     if declared in ("INTEGER", "BIGINT"):
-        # A count stored as 3.5 would be silently rounded by a cast.
         lossy = f" or try_cast({c} as double) <> try_cast({c} as {target})"
+    elif declared == "INTEGER[]":
+        lossy = (f" or len(list_filter({c}, x -> try_cast(x as double) <> try_cast(x as integer))) > 0")
     return (f"select cast({c} as varchar) from read_parquet(?) "
             f"where {c} is not null and (try_cast({c} as {target}) is null{lossy}) limit 1")
 
@@ -139,10 +145,10 @@ def raw_table_sql(schema: TableSchema, plan: TablePlan) -> str:
     """One scan of the table's files into ``_raw_<table>``, typed and defaulted."""
     exprs = _column_exprs(schema, plan)
     select = [f"{expr} as {q(name)}" for name, expr in exprs.items()]
-    select += [q(c) for c in plan.extra_columns]
+    select += [f"{q(c)} as {q('input_' + c)}" if c in DERIVED_COLUMNS else q(c) for c in plan.extra_columns]
     select += [q(p) for p in _partition_columns(schema, plan)]
     select += [f"{expr} as {name}" for name, expr in _link_columns(schema, plan, exprs).items()]
-    select.append("row_number() over () as _row")
+    select.append("row_number() over () as _specan_row")
     columns = ",\n  ".join(select)
     if not plan.files:
         return f"create or replace table _raw_{schema.table} as select\n  {columns}\nwhere false"
@@ -170,7 +176,7 @@ def _null_required(schema: TableSchema) -> str:
 
 
 def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
-    """``_rejected_<table>(table_name, row_key, reason, _row)``: one row per rejected row."""
+    """``_rejected_<table>(table_name, row_key, reason, _specan_row)``: one row per rejected row."""
     if schema.merge_identical_rows:
         return _rejected_merged_sql(schema, plan)
     keys = _key_columns(schema, plan)
@@ -201,7 +207,7 @@ def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
     return (
         f"create or replace table _rejected_{schema.table} as\nwith " + ",\n".join(ctes) + "\n"
         f"select * from (\n  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,\n"
-        f"    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._row\n"
+        f"    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._specan_row\n"
         f"  from r\n  " + "\n  ".join(joins) + "\n) where reason is not null"
     )
 
@@ -231,7 +237,7 @@ select * from (
       when {null_required} then 'null_required'
       when variants._n > 1 then 'duplicate_key'
     end as reason,
-    r._row
+    r._specan_row
   from r left join variants on r.{q(key)} = variants._k
 ) where reason is not null"""
 
@@ -240,9 +246,9 @@ def clean_table_sql(schema: TableSchema, plan: TablePlan) -> str:
     """The clean table: every row that no rule rejected."""
     if schema.merge_identical_rows:
         (key,) = schema.key
-        drop = ", ".join(["_row"] + [q(p) for p in _partition_columns(schema, plan)])
+        drop = ", ".join(["_specan_row"] + [q(p) for p in _partition_columns(schema, plan)])
         return (f"create or replace table {schema.table} as select * exclude ({drop}) "
-                f"from _raw_{schema.table} r anti join _rejected_{schema.table} j on r._row = j._row "
-                f"qualify row_number() over (partition by r.{q(key)} order by r._row) = 1")
-    return (f"create or replace table {schema.table} as select * exclude (_row) "
-            f"from _raw_{schema.table} r anti join _rejected_{schema.table} j on r._row = j._row")
+                f"from _raw_{schema.table} r anti join _rejected_{schema.table} j on r._specan_row = j._specan_row "
+                f"qualify row_number() over (partition by r.{q(key)} order by r._specan_row) = 1")
+    return (f"create or replace table {schema.table} as select * exclude (_specan_row) "
+            f"from _raw_{schema.table} r anti join _rejected_{schema.table} j on r._specan_row = j._specan_row")

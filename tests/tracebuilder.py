@@ -83,3 +83,18 @@ def round_row(deployment_id: str, request_id: str, round_idx: int, drafted: int,
     return {"deployment_id": deployment_id, "request_id": request_id, "round_idx": round_idx,
             "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
             "num_committed_tokens": accepted + 1 if committed is None else committed, **extra}
+
+
+def write_columns(root: Path, table: str, columns: dict[str, list], partition: str | None = None) -> None:
+    """Write a table from column lists (faster than row dicts for large synthetic tables)."""
+    schema = load_schemas()[table]
+    declared = {c.name: ARROW[c.type] for c in schema.columns}
+    arrays = {name: pa.array(values, type=declared.get(name)) for name, values in columns.items()}
+    root = Path(root)
+    if partition:
+        folder = root / table / partition
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(arrays), folder / "part-0.parquet")
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(arrays), root / f"{table}.parquet")
