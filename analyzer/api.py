@@ -105,3 +105,25 @@ def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tup
     if result.description is None:
         return [], []
     return [d[0] for d in result.description], result.fetchall()
+
+
+def report_document(ws: Workspace, progress: Progress | None = None) -> dict:
+    """The report as a JSON-ready document (metrics.md)."""
+    from .metrics import collect
+
+    if progress:
+        progress("computing metrics")
+    return collect(ws.con, ws.summary)
+
+
+def render_report(doc: dict, fmt: str) -> str:
+    import json
+
+    from .report import markdown, tables
+
+    if fmt == "json":
+        return json.dumps(tables.finite(doc), default=tables.json_default, allow_nan=False,
+                          ensure_ascii=False, indent=2) + "\n"
+    if fmt == "md":
+        return markdown.render(doc)
+    raise ValueError(f"unknown report format {fmt!r}")

@@ -103,6 +103,41 @@ def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | Non
 
 @main.command()
 @_TRACES
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@_memory_option
+@_progress_option
+def report(traces: Path, fmt: str, output: Path | None, memory_limit: str, progress: bool | None) -> None:
+    """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
+
+    Markdown goes to stdout unless -o is given; progress goes to stderr.
+
+    \b
+    Examples:
+        specan report sample_traces/
+        specan report sample_traces/ --format json -o report.json
+    """
+    show = _progress(progress)
+    try:
+        ws = api.open_traces(traces, memory_limit=memory_limit, progress=show)
+    except (StructuralError, ViewError, ValueError) as exc:
+        raise _fail(exc) from None
+    try:
+        doc = api.report_document(ws, progress=show)
+    finally:
+        ws.close()
+    _emit(api.render_report(doc, fmt), output)
+
+
+def _emit(text_out: str, output: Path | None) -> None:
+    if output is None:
+        click.echo(text_out, nl=False)
+    else:
+        output.write_text(text_out, encoding="utf-8")
+
+
+@main.command()
+@_TRACES
 @click.option("--db", "db", required=True, type=click.Path(path_type=Path),
               help="DuckDB database file to write (replaced if it exists).")
 @_memory_option

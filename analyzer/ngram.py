@@ -49,26 +49,20 @@ def propose(context: Sequence[int] | np.ndarray, min_n: int, max_n: int, k: int)
     # Restricting ends to <= size - 2 excludes the suffix itself and leaves
     # at least one following token.
     ends = np.flatnonzero(ctx[: size - 1] == ctx[size - 1])
-    if len(ends) == 0:
-        return []
-    # Grow each candidate's match backwards one token at a time, up to max_n;
-    # `matched` is how many trailing tokens each candidate shares with the suffix.
-    matched = np.ones(len(ends), dtype=np.int64)
-    alive = np.ones(len(ends), dtype=bool)
-    for back in range(1, max_n):
-        pos = ends - back
-        ok = alive & (pos >= 0)
-        ok[ok] = ctx[pos[ok]] == ctx[size - 1 - back]
-        alive = ok
-        if not alive.any():
+    # Extend the match backwards one token at a time, keeping the candidates
+    # that still agree with the suffix; the last non-empty set holds the
+    # occurrences of the longest match, n tokens long.
+    n = 1
+    while len(ends) and n < max_n:
+        pos = ends - n
+        keep = pos >= 0
+        keep[keep] = ctx[pos[keep]] == ctx[size - 1 - n]
+        if not keep.any():
             break
-        matched += alive
-    longest = int(matched.max())
-    if longest < min_n:
+        ends, n = ends[keep], n + 1
+    if len(ends) == 0 or n < min_n:
         return []
-    # Longest n first; among occurrences of that n-gram, the most recent one.
-    n = min(longest, max_n)
-    end = int(ends[np.flatnonzero(matched >= n)[-1]])
+    end = int(ends[-1])  # positions ascend: the last one is the most recent
     return ctx[end + 1: end + 1 + k].tolist()
 
 
@@ -84,21 +78,23 @@ def replay_request(
     output_arr = np.asarray(output, dtype=np.int64)
     sequence = np.concatenate([prompt_arr, output_arr])
     base, total = len(prompt_arr), len(output_arr)
+    output_list = output_arr.tolist()
     rounds: list[Round] = []
     p = 1
     while p < total:
         # A view, not a copy: prompt + output[:p].
         draft = propose(sequence[: base + p], min_n, max_n, k)
-        accepted = _common_prefix(draft, output_arr[p: p + len(draft)])
+        accepted = _common_prefix(draft, output_list[p: p + len(draft)])
         committed = min(accepted + 1, total - p)
         rounds.append((len(draft), accepted, committed))
         p += committed
     return rounds
 
 
-def _common_prefix(draft: list[int], truth: np.ndarray) -> int:
-    if not draft:
-        return 0
-    same = np.asarray(draft[: len(truth)]) == truth[: len(draft)]
-    mismatch = np.flatnonzero(~same)
-    return int(mismatch[0]) if len(mismatch) else len(same)
+def _common_prefix(draft: list[int], truth: list[int]) -> int:
+    accepted = 0
+    for guess, token in zip(draft, truth):
+        if guess != token:
+            break
+        accepted += 1
+    return accepted

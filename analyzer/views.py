@@ -1,7 +1,7 @@
 """Create the views in ``sql/``: one view per file, the file name is the view name.
 
-Dependencies come from the SQL itself: a view depends on every other view whose
-name appears in its text as an identifier. The views are created in
+Dependencies come from the SQL itself: a view depends on every other view that
+it reads (a name after FROM or JOIN). The views are created in
 topological order, so adding a file never needs a registry edit. A cycle is an
 error that names the cycle.
 """
@@ -21,7 +21,9 @@ LAYERS = ("clean", "metrics")
 
 _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
 _STRING = re.compile(r"'(?:[^']|'')*'")
-_IDENTIFIER = re.compile(r'"([^"]+)"|\b([A-Za-z_][A-Za-z0-9_]*)\b')
+# A relation is read where its name follows FROM or JOIN; column aliases that
+# happen to share a view's name are not dependencies.
+_RELATION = re.compile(r'\b(?:from|join)\s+(?:"([^"]+)"|([A-Za-z_][A-Za-z0-9_]*))', re.I)
 
 
 class ViewError(Exception):
@@ -38,7 +40,7 @@ class View:
 
     def references(self) -> set[str]:
         code = _STRING.sub("''", _COMMENT.sub(" ", self.sql))
-        return {(m.group(1) or m.group(2)).lower() for m in _IDENTIFIER.finditer(code)}
+        return {(m.group(1) or m.group(2)).lower() for m in _RELATION.finditer(code)}
 
 
 def discover_views(sql_dir: Path | None = None) -> dict[str, View]:

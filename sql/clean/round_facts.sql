@@ -75,7 +75,14 @@ select
     end as context_bucket,
     coalesce(q.category, 'unlabeled') as category,
     coalesce(q.structured_output, false) as structured_output,
-    q.temperature
+    q.temperature,
+    case
+        when q.temperature is null then 'unknown'
+        when q.temperature <= 0 then '0'
+        when q.temperature <= 0.5 then '(0,0.5]'
+        when q.temperature <= 1 then '(0.5,1]'
+        else '>1'
+    end as temperature_bucket
 from rounds as r
 left join step_parts as s on r.step_uid = s.step_uid
 left join request_labels as q on r.request_uid = q.request_uid

@@ -1,0 +1,255 @@
+"""Render the report document as Markdown, in the order of the seed's ledger.
+
+Numbers are rounded here, for display only; the JSON keeps full precision.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+DASH = "–"
+
+
+def num(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+def pct(value: Any, digits: int = 1) -> str:
+    return DASH if value is None else f"{value:.{digits}%}"
+
+
+def times(value: Any) -> str:
+    return DASH if value is None else f"{value:.3f}×"
+
+
+def table(headers: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        grouped[item["deployment_id"]].append(item)
+    return grouped
+
+
+def render(doc: dict[str, Any]) -> str:
+    sections: list[Callable[[dict], str]] = [
+        _header, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
+        _latency, _categories, _context, _trees, _capacity, _temperature, _notes,
+    ]
+    return "\n".join(part for part in (s(doc) for s in sections) if part)
+
+
+def _header(doc: dict) -> str:
+    inp = doc["input"]
+    reasons = ", ".join(f"{k} {v}" for k, v in inp["rejected_by_reason"].items())
+    rejected = f"{inp['rejected_rows']:,} rejected ({reasons})" if inp["rejected_rows"] else "0 rejected"
+    return ("# specan report\n\n"
+            f"Input rows: {inp['deployments']:,} deployments, {inp['requests']:,} requests, "
+            f"{inp['steps']:,} steps, {inp['rounds']:,} rounds; {rejected}.\n")
+
+
+def _spec(doc: dict) -> list[dict]:
+    return [d for d in doc["deployments"] if d["method"] != "none"]
+
+
+def _findings(doc: dict) -> str:
+    """One plain sentence per speculative deployment: does it pay, and up to what load."""
+    curve = _by_deployment(doc["load_curve"])
+    lines = []
+    for d in _spec(doc):
+        dep = d["deployment_id"]
+        if d["speedup"] is None:
+            lines.append(f"- **{dep}** ({d['method']}): speedup unknown, see the notes.")
+            continue
+        verdict = "faster" if d["speedup"] > 1 else "slower"
+        text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {d['speedup']:.2f}× "
+                f"the throughput of {d['baseline_id']} ({verdict}), over {pct(d['speedup_coverage'])} "
+                f"of its tokens; mean accept length {num(d['mean_accept_length'], 2)}.")
+        buckets = [b for b in curve.get(dep, []) if b["condition_holds"] is not None]
+        wins = [b["batch_bucket"] for b in buckets if b["condition_holds"]]
+        losses = [b["batch_bucket"] for b in buckets if not b["condition_holds"]]
+        if wins and losses:
+            text += f" It pays at batch {', '.join(wins)} and loses at {', '.join(losses)}."
+        elif losses:
+            text += " It loses at every observed batch size."
+        elif wins:
+            text += " It pays at every observed batch size."
+        lines.append(text)
+    if not lines:
+        return ""
+    return "## Findings\n\n" + "\n".join(lines) + "\n"
+
+
+def _summary(doc: dict) -> str:
+    body = [
+        (d["deployment_id"], d["method"], num(d["num_speculative_tokens"]), d["baseline_id"] or DASH,
+         num(d["mean_accept_length"]), num(d["mean_accept_length_per_request"]), pct(d["acceptance_rate"]),
+         num(d["tokens_per_round"]), times(d["speedup"]), pct(d["speedup_coverage"]))
+        for d in doc["deployments"]
+    ]
+    return ("## 1. Summary\n\n"
+            "Mean accept length is 1 + C/R (vLLM's definition); per request is the mean over requests. "
+            "Tokens per round counts plain rounds and stop truncation: the real progress per step. "
+            "Speedup is throughput-weighted against the matched baseline, at the deployment's own batch sizes.\n\n"
+            + table(["deployment", "method", "γ", "baseline", "accept length", "per request", "acceptance",
+                     "tokens/round", "speedup", "coverage"], body))
+
+
+def _ledger(doc: dict) -> str:
+    rounds = [(d["deployment_id"], num(d["round_ms"]["mean"]), num(d["round_ms"]["draft"]),
+               num(d["round_ms"]["verify"]), num(d["round_ms"]["other"]), pct(d["prefill_round_share"]))
+              for d in doc["deployments"]]
+    body = [(r["deployment_id"], r["batch_bucket"], num(r["num_rounds"]), num(r["draft_ms"]), num(r["verify_ms"]),
+             num(r["other_ms"]), num(r["round_ms"]), num(r["tokens_per_round"]), num(r["t0_ms"]),
+             num(r["break_even_ms"]), num(r["condition_holds"]))
+            for r in doc["round_ledger"]]
+    return ("## 2. Round ledger against the baseline\n\n"
+            "A round costs draft + verify + other. Mean ms per round, over every round with a step "
+            "(prefill steps included):\n\n"
+            + table(["deployment", "round ms", "draft", "verify", "other", "prefill-step rounds"], rounds)
+            + "\nDecode-only rounds per batch bucket. The speedup condition is E[T_round] < t0 · E[L]: a round "
+              "must take less than the break-even time t0 · tokens/round that plain decoding needs for "
+              "the same tokens.\n\n"
+            + table(["deployment", "batch", "rounds", "draft", "verify", "other", "round ms", "tokens/round",
+                     "t0 ms/token", "break-even ms", "condition holds"], body))
+
+
+def _positions(doc: dict) -> str:
+    parts = ["## 3. Acceptance by draft position\n\n"
+             "Survival is Pr(K ≥ i) among rounds that drafted position i; conditional is a_i; "
+             "marginal gain Π a_j is what position i adds to E[L] per round (ΔE[L] = Pr(K ≥ i)).\n"]
+    for d in _spec(doc):
+        if not d["positions"]:
+            continue
+        body = [(num(p["position"]), num(p["drafted"]), num(p["accepted"]), pct(p["survival"]),
+                 pct(p["conditional"]), pct(p["vllm_rate"]), num(p["marginal_gain"]))
+                for p in d["positions"]]
+        parts.append(f"\n### {d['deployment_id']}\n\n"
+                     + table(["position", "drafted", "accepted", "survival", "conditional", "vLLM rate",
+                              "marginal gain"], body))
+    return "".join(parts)
+
+
+def _truncation(doc: dict) -> str:
+    body = [(d["deployment_id"], num(d["num_rounds"]), num(d["truncated_rounds"]), num(d["truncated_tokens"]),
+             pct(d["truncated_rounds"] / d["num_rounds"] if d["num_rounds"] else None, 2))
+            for d in doc["deployments"]]
+    return ("## 4. Stop truncation\n\n"
+            "Rounds cut short by EOS, a stop string or the length limit commit fewer than K + 1 tokens.\n\n"
+            + table(["deployment", "rounds", "truncated rounds", "truncated tokens", "share of rounds"], body))
+
+
+def _structured(doc: dict) -> str:
+    body = [(r["deployment_id"], "yes" if r["structured_output"] else "no", num(r["num_rounds"]),
+             num(r["proposed_tokens"]), num(r["invalidated_tokens"]), pct(r["invalidation_rate"]),
+             num(r["mean_accept_length"]), num(r["fully_invalidated_rounds"]))
+            for r in doc["structured_output"]]
+    return ("## 5. Structured-output invalidation\n\n"
+            "Drafts the grammar removed before verification; fully invalidated rounds lost every draft.\n\n"
+            + table(["deployment", "structured", "rounds", "proposed", "invalidated", "invalidation rate",
+                     "accept length", "fully invalidated rounds"], body))
+
+
+def _curve_table(items: list[dict], key: str, label: str) -> str:
+    body = [(r["deployment_id"], r[key], num(r["num_rounds"]), num(r["mean_accept_length"]),
+             num(r["tokens_per_round"]), num(r["round_ms"]), num(r["t0_ms"]), times(r["speedup"]),
+             num(r["condition_holds"]))
+            for r in items]
+    return table(["deployment", label, "rounds", "accept length", "tokens/round", "round ms", "t0 ms",
+                  "speedup", "condition holds"], body)
+
+
+def _load_curve(doc: dict) -> str:
+    return ("## 6. Load curve by batch bucket\n\n"
+            "Decode-only rounds. As batches grow, plain decoding uses the idle compute that speculation "
+            "relied on, and verifying drafts starts to compete with other requests.\n\n"
+            + _curve_table(doc["load_curve"], "batch_bucket", "batch"))
+
+
+def _latency(doc: dict) -> str:
+    baseline_of = {d["deployment_id"]: d["baseline_id"] for d in doc["deployments"]}
+    latency = {d["deployment_id"]: d["latency_ms"] for d in doc["deployments"]}
+    body = []
+    for d in doc["deployments"]:
+        dep = d["deployment_id"]
+        for metric, stats in d["latency_ms"].items():
+            base = latency.get(baseline_of.get(dep) or "", {}).get(metric, {})
+            body.append((dep, metric, num(stats["mean"], 1), num(stats["p50"], 1), num(stats["p95"], 1),
+                         num(stats["p99"], 1), num(stats["max"], 1), num(base.get("p99"), 1)))
+    if not body:
+        return ""
+    return ("## 7. Latency (ms)\n\n"
+            "TTFT includes queueing and prefill. TPOT is the mean time per token after the first. "
+            "ITL is the gap between streamed chunks: one round can emit several tokens at once, so a lower "
+            "TPOT does not guarantee smoother streaming. Max stall is each request's longest gap.\n\n"
+            + table(["deployment", "metric", "mean", "p50", "p95", "p99", "max", "baseline p99"], body))
+
+
+def _categories(doc: dict) -> str:
+    body = [(r["deployment_id"], r["category"], num(r["num_requests"]), num(r["mean_accept_length"]),
+             pct(r["acceptance_rate"]), num(r["tokens_per_round"]), times(r["speedup"]),
+             num(r.get("repeat_ratio")))
+            for r in doc["categories"]]
+    return ("## 8. Categories\n\n"
+            + table(["deployment", "category", "requests", "accept length", "acceptance", "tokens/round",
+                     "speedup", "repeat ratio"], body))
+
+
+def _context(doc: dict) -> str:
+    if not doc["context_curve"]:
+        return ""
+    return ("## 9. Context length\n\n"
+            "Longer contexts make every verified position's attention dearer; t0 is matched on batch and "
+            "context bucket where the baseline has rounds there.\n\n"
+            + _curve_table(doc["context_curve"], "context_bucket", "context"))
+
+
+def _trees(doc: dict) -> str:
+    body = [(d["deployment_id"], d["method"], num(d["nodes_per_round"]), num(d["accepted_per_node"]),
+             num(d["mean_accept_length"]))
+            for d in _spec(doc)]
+    return ("## 10. Depth and width\n\n"
+            "Nodes verified per speculative round and accepted tokens per verified node: a tree buys "
+            "acceptance with width, and every unchosen node is computed too.\n\n"
+            + table(["deployment", "method", "nodes/round", "accepted/node", "accept length"], body))
+
+
+def _capacity(doc: dict) -> str:
+    body = [(d["deployment_id"], num(c["completed_requests"]), num(c["failed_requests"]),
+             num(c["preemptions_per_request"]), pct(c["kv_usage_mean"]), pct(c["kv_usage_max"]),
+             pct(c["candidate_kv_share"], 2), num(c["output_tokens_per_s"], 1))
+            for d in doc["deployments"] for c in [d["capacity"]]]
+    return ("## 11. Capacity\n\n"
+            "Drafts occupy KV (≈ B·γ tokens per step) and can cause preemptions: a faster round does not "
+            "guarantee faster requests.\n\n"
+            + table(["deployment", "completed", "failed", "preemptions/request", "KV mean", "KV max",
+                     "draft KV share", "output tok/s"], body))
+
+
+def _temperature(doc: dict) -> str:
+    if not doc["temperature"]:
+        return ""
+    body = [(r["deployment_id"], r["temperature_bucket"], num(r["num_requests"]), num(r["mean_accept_length"]),
+             pct(r["acceptance_rate"]), num(r["tokens_per_round"]))
+            for r in doc["temperature"]]
+    return ("## 12. Temperature\n\n"
+            + table(["deployment", "temperature", "requests", "accept length", "acceptance", "tokens/round"],
+                    body))
+
+
+def _notes(doc: dict) -> str:
+    if not doc["notes"]:
+        return ""
+    return "## Notes\n\n" + "\n".join(f"- {n}" for n in doc["notes"]) + "\n"

@@ -1,0 +1,18 @@
+-- Speedup per task category: Σ_b t0(b) · committed(b, category) / Σ_b time(b, category)
+-- over decode-only rounds. t0(b) comes from all the baseline's rounds in bucket b:
+-- batch size, not category, sets the cost of a step.
+-- Grain: one row per deployment_id, category (with decode-only rounds that have a step).
+select
+    d.deployment_id,
+    d.category,
+    sum(t.t0_ms * d.num_committed_tokens) / nullif(sum(d.time_ms) filter (where t.t0_ms is not null), 0)
+        as speedup,
+    sum(d.num_committed_tokens) filter (where t.t0_ms is not null) / sum(d.num_committed_tokens)
+        as speedup_coverage
+from decode_totals as d
+left join baseline_t0 as t
+    on t.deployment_id = d.deployment_id
+    and t.batch_bucket = d.batch_bucket
+    and t.context_bucket is null
+where d.grouping = 'category'
+group by d.deployment_id, d.category

@@ -1,0 +1,63 @@
+-- Throughput-weighted speedup against the matched baseline:
+--   speedup = Σ_b t0(b) · committed_D(b) / Σ_b time_D(b), over the decode-only
+-- batch buckets both deployments cover; speedup_coverage is the share of D's
+-- committed tokens those buckets hold. round_ms is over every round with a
+-- clean step (prefill steps included); each part is averaged where known.
+-- Grain: one row per deployment_id.
+with covered as (
+    select
+        d.deployment_id,
+        sum(t.t0_ms * d.num_committed_tokens) as baseline_time_ms,
+        sum(d.time_ms) as time_ms,
+        sum(d.num_committed_tokens) as committed
+    from decode_totals as d
+    join baseline_t0 as t
+        on t.deployment_id = d.deployment_id
+        and t.batch_bucket = d.batch_bucket
+        and t.context_bucket is null
+    where d.grouping = 'batch' and t.t0_ms is not null
+    group by d.deployment_id
+),
+
+round_times as (
+    select
+        deployment_id,
+        sum(num_committed_tokens) as all_committed,
+        count(*) filter (where has_step) as rounds_with_step,
+        count(*) filter (where has_step and not decode_only) as prefill_rounds,
+        count(*) filter (where parts_overlap) as overlapping_rounds,
+        avg(duration_ms) as round_ms_mean,
+        avg(draft_ms) as round_ms_draft,
+        avg(verify_ms) as round_ms_verify,
+        avg(other_ms) as round_ms_other
+    from round_facts
+    group by deployment_id
+)
+
+select
+    d.deployment_id,
+    m.baseline_id,
+    c.baseline_time_ms / nullif(c.time_ms, 0) as speedup,
+    case when m.baseline_id is not null then coalesce(c.committed, 0) / nullif(r.all_committed, 0) end
+        as speedup_coverage,
+    r.round_ms_mean,
+    r.round_ms_draft,
+    r.round_ms_verify,
+    r.round_ms_other,
+    coalesce(r.rounds_with_step, 0) as rounds_with_step,
+    coalesce(r.prefill_rounds, 0) as prefill_rounds,
+    r.prefill_rounds / nullif(r.rounds_with_step, 0) as prefill_round_share,
+    coalesce(r.overlapping_rounds, 0) as overlapping_rounds,
+    case
+        when m.baseline_note is not null then m.baseline_note
+        when not (select present from trace_tables where table_name = 'steps')
+            then 'no speedup: the steps table is absent, so round times are unknown'
+        when coalesce(r.rounds_with_step, 0) = 0 then 'no speedup: no round has a clean step'
+        when c.deployment_id is null
+            then 'no speedup: no decode-only batch bucket has rounds of both this deployment and '
+                 || m.baseline_id
+    end as speedup_note
+from deployments as d
+left join matched_baseline as m on m.deployment_id = d.deployment_id
+left join covered as c on c.deployment_id = d.deployment_id
+left join round_times as r on r.deployment_id = d.deployment_id
