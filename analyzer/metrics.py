@@ -112,6 +112,8 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
                                from accept_length_by_temperature
                                order by deployment_id, case temperature_bucket when '0' then 0 when '(0,0.5]' then 1
                                    when '(0.5,1]' then 2 when '>1' then 3 else 4 end""")
+    if categories:
+        notes.append("categories: repeat_ratio is null: repetition statistics are not computed yet")
     notes = _input_notes(summary) + _table_notes(con, summary) + notes
     return {
         "schema_version": SCHEMA_VERSION,
@@ -182,17 +184,21 @@ def _deployment_notes(d: dict, entry: dict, latency_n: dict, requests_present: b
     if d["num_rounds"] == 0:
         notes.append(f"{dep}: no clean rounds, so every acceptance metric is null")
     elif d["num_spec_rounds"] == 0:
-        why = "plain decoding" if d["method"] == "none" else "no round drafted a token"
-        notes.append(f"{dep}: no speculative rounds ({why}), so mean_accept_length and acceptance_rate are null")
+        if d["method"] == "none":
+            notes.append(f"{dep}: plain decoding (a baseline), so mean_accept_length, acceptance_rate and "
+                         "speedup are null")
+        else:
+            notes.append(f"{dep}: no round drafted a token, so mean_accept_length and acceptance_rate are null")
     if d["method"] != "none" and d["speedup"] is None and d["speedup_note"]:
         notes.append(f"{dep}: {d['speedup_note']}")
     elif d["speedup"] is not None and d["speedup_coverage"] is not None and d["speedup_coverage"] < 1:
         notes.append(f"{dep}: speedup covers {d['speedup_coverage']:.1%} of its committed tokens; the rest ran in "
                      "prefill steps or batch buckets its baseline never ran")
     if requests_present:
-        for metric in LATENCY_METRICS:
-            if not latency_n.get(metric):
-                notes.append(f"{dep}: {metric} is null: no clean request has the timestamps it needs")
+        missing = [m for m in LATENCY_METRICS if not latency_n.get(m)]
+        if missing:
+            notes.append(f"{dep}: latency {', '.join(missing)} is null: no clean request (or, for itl and "
+                         "max_stall, no round with a clean step) has the times it needs")
         if entry["capacity"]["preemptions_per_request"] is None and entry["capacity"]["completed_requests"]:
             notes.append(f"{dep}: preemptions_per_request is unknown: no requests file has num_preemptions")
         if steps_present and entry["capacity"]["candidate_kv_share"] is None:

@@ -117,3 +117,28 @@ def test_per_bucket_condition_and_ledger(tmp_path):
     assert holds is False  # 42.8 ms per round > 33.6 ms that plain decoding needs
     assert speedup == pytest.approx(10.0 * 3.3616 / 42.8)
     ws.close()
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=20, deadline=None)
+@given(gamma=st.integers(1, 6), data=st.data())
+def test_tail_sum_identity_for_any_fixed_gamma_histogram(tmp_path_factory, gamma, data):
+    """1 + Σ survival_i = mean_accept_length whenever every round drafts the same γ."""
+    counts = data.draw(st.lists(st.integers(0, 30), min_size=gamma + 1, max_size=gamma + 1).filter(any))
+    accepted = [k for k, n in enumerate(counts) for _ in range(n)]
+    root = tmp_path_factory.mktemp("tail")
+    write_table(root, "deployments", [{"deployment_id": "d", "model": "m", "method": "eagle",
+                                       "num_speculative_tokens": gamma}])
+    write_columns(root, "rounds", {
+        "deployment_id": ["d"] * len(accepted), "request_id": ["r"] * len(accepted),
+        "round_idx": list(range(len(accepted))), "num_draft_tokens": [gamma] * len(accepted),
+        "num_accepted_tokens": accepted, "num_committed_tokens": [k + 1 for k in accepted],
+        "stop_reason": [None] * len(accepted)})
+    ws = api.open_traces(root)
+    mean_len = ws.con.execute("select mean_accept_length from accept_length").fetchone()[0]
+    survival = [s for (s,) in ws.con.execute("select survival from position_acceptance order by position").fetchall()]
+    ws.close()
+    assert mean_len == pytest.approx(1 + sum(accepted) / len(accepted), rel=1e-12)
+    assert 1 + sum(survival) == pytest.approx(mean_len, rel=1e-12)

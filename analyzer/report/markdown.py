@@ -67,6 +67,7 @@ def _spec(doc: dict) -> list[dict]:
 def _findings(doc: dict) -> str:
     """One plain sentence per speculative deployment: does it pay, and up to what load."""
     curve = _by_deployment(doc["load_curve"])
+    baselines = {d["deployment_id"]: d for d in doc["deployments"]}
     lines = []
     for d in _spec(doc):
         dep = d["deployment_id"]
@@ -86,10 +87,25 @@ def _findings(doc: dict) -> str:
             text += " It loses at every observed batch size."
         elif wins:
             text += " It pays at every observed batch size."
+        text += _latency_finding(d, baselines.get(d["baseline_id"]))
         lines.append(text)
     if not lines:
         return ""
     return "## Findings\n\n" + "\n".join(lines) + "\n"
+
+
+def _latency_finding(d: dict, baseline: dict | None) -> str:
+    """Name the streaming metrics that got much worse than the baseline's: TPOT can improve
+    while users see longer pauses."""
+    if baseline is None:
+        return ""
+    worse = []
+    for metric in ("tpot", "itl", "max_stall"):
+        mine = d["latency_ms"].get(metric, {}).get("p99")
+        theirs = baseline["latency_ms"].get(metric, {}).get("p99")
+        if mine is not None and theirs and mine > 1.25 * theirs:
+            worse.append(f"{metric} p99 {mine:,.0f} ms vs {theirs:,.0f} ms")
+    return f" Streaming is burstier than the baseline: {'; '.join(worse)}." if worse else ""
 
 
 def _summary(doc: dict) -> str:

@@ -1,0 +1,170 @@
+"""specan report: golden outputs for the sample traces, the JSON contract, and the CLI behaviour."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import main
+from tracebuilder import at, deployment, round_row, write_traces
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+SAMPLE = ROOT / "sample_traces"
+UPDATE = os.environ.get("SPECAN_UPDATE_GOLDEN") == "1"  # refresh: SPECAN_UPDATE_GOLDEN=1 pytest tests/test_report.py
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def sample_json():
+    result = run("report", SAMPLE, "--format", "json")
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def close(actual, expected, path="$"):
+    """Equal, except floats within 1e-9: parallel sums may differ in the last bits."""
+    if isinstance(expected, float) and isinstance(actual, (int, float)):
+        assert actual == pytest.approx(expected, rel=1e-9, abs=1e-12), path
+    elif isinstance(expected, dict):
+        assert isinstance(actual, dict) and actual.keys() == expected.keys(), path
+        for key in expected:
+            close(actual[key], expected[key], f"{path}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), path
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            close(a, e, f"{path}[{i}]")
+    else:
+        assert actual == expected, path
+
+
+def test_sample_report_json_matches_golden(sample_json):
+    golden = GOLDEN / "sample_report.json"
+    if UPDATE:
+        golden.write_text(sample_json)
+    close(json.loads(sample_json), json.loads(golden.read_text()))
+
+
+def test_sample_report_markdown_matches_golden():
+    result = run("report", SAMPLE)
+    assert result.exit_code == 0, result.output
+    golden = GOLDEN / "sample_report.md"
+    if UPDATE:
+        golden.write_text(result.stdout)
+    assert result.stdout == golden.read_text()
+
+
+CONTRACT = {
+    "deployments": ["deployment_id", "method", "num_speculative_tokens", "baseline_id", "num_rounds",
+                    "num_spec_rounds", "num_draft_tokens", "num_accepted_tokens", "num_invalidated_tokens",
+                    "num_committed_tokens", "mean_accept_length", "mean_accept_length_per_request",
+                    "acceptance_rate", "tokens_per_round", "truncated_rounds", "truncated_tokens",
+                    "invalidation_rate", "positions", "nodes_per_round", "accepted_per_node", "capacity",
+                    "round_ms", "speedup", "speedup_coverage", "latency_ms"],
+    "categories": ["deployment_id", "category", "num_requests", "mean_accept_length", "acceptance_rate",
+                   "tokens_per_round", "speedup", "repeat_ratio"],
+    "structured_output": ["deployment_id", "structured_output", "num_rounds", "proposed_tokens",
+                          "invalidated_tokens", "invalidation_rate", "mean_accept_length",
+                          "fully_invalidated_rounds"],
+    "load_curve": ["deployment_id", "batch_bucket", "num_rounds", "mean_accept_length", "tokens_per_round",
+                   "round_ms", "t0_ms", "speedup", "condition_holds"],
+    "context_curve": ["deployment_id", "context_bucket", "num_rounds", "mean_accept_length",
+                      "tokens_per_round", "round_ms", "t0_ms", "speedup", "condition_holds"],
+}
+
+
+def test_json_follows_the_contract(sample_json):
+    assert "NaN" not in sample_json and "Infinity" not in sample_json
+    doc = json.loads(sample_json)
+    assert doc["schema_version"] == 1
+    assert doc["input"] == {"deployments": 18, "requests": 3600, "steps": 69437, "rounds": 470316,
+                            "rejected_rows": 0, "rejected_by_reason": {}, "rejected_by_table": {}}
+    for section, keys in CONTRACT.items():
+        assert doc[section], section
+        for item in doc[section]:
+            assert set(keys) <= item.keys(), (section, set(keys) - item.keys())
+    for d in doc["deployments"]:
+        assert set(d["capacity"]) == {"completed_requests", "failed_requests", "preemptions_per_request",
+                                      "kv_usage_mean", "kv_usage_max", "candidate_kv_share",
+                                      "output_tokens_per_s"}
+        assert set(d["round_ms"]) == {"mean", "draft", "verify", "other"}
+        assert set(d["latency_ms"]) == {"ttft", "tpot", "itl", "e2el", "max_stall"}
+        for stats in d["latency_ms"].values():
+            assert set(stats) == {"mean", "p50", "p90", "p95", "p99", "max"}
+        for p in d["positions"]:
+            assert set(p) == {"position", "drafted", "accepted", "survival", "conditional", "vllm_rate",
+                              "marginal_gain"}
+    assert isinstance(doc["notes"], list) and all(isinstance(n, str) for n in doc["notes"])
+
+
+def test_sample_numbers_hold_together(sample_json):
+    """Identities that hold whatever the simulator draws."""
+    doc = json.loads(sample_json)
+    for d in doc["deployments"]:
+        if d["num_spec_rounds"]:
+            assert d["mean_accept_length"] == pytest.approx(1 + d["num_accepted_tokens"] / d["num_spec_rounds"])
+            assert d["acceptance_rate"] == pytest.approx(d["num_accepted_tokens"] / d["num_draft_tokens"])
+        assert d["tokens_per_round"] == pytest.approx(d["num_committed_tokens"] / d["num_rounds"])
+        if d["method"] == "none":
+            assert d["speedup"] is None and d["baseline_id"] is None
+        else:
+            # the throughput-weighted speedup lies between its buckets' speedups
+            buckets = [b["speedup"] for b in doc["load_curve"]
+                       if b["deployment_id"] == d["deployment_id"] and b["speedup"] is not None]
+            assert min(buckets) <= d["speedup"] <= max(buckets)
+            assert 0 < d["speedup_coverage"] <= 1
+    matched = {d["deployment_id"]: d["baseline_id"] for d in doc["deployments"]}
+    assert matched["eagle-bf16"] == "base-bf16"   # implicit: same model and target_quant
+    assert matched["eagle-fp8"] == "base-fp8"     # explicit baseline_id
+
+
+def test_progress_goes_to_stderr_and_stdout_stays_json(tmp_path):
+    result = run("report", SAMPLE, "--format", "json", "--progress")
+    assert result.exit_code == 0
+    json.loads(result.stdout)
+    assert "reading rounds" in result.stderr and "computing metrics" in result.stderr
+
+
+def test_output_file(tmp_path):
+    out = tmp_path / "report.md"
+    result = run("report", SAMPLE, "-o", out)
+    assert result.exit_code == 0 and result.stdout == ""
+    assert out.read_text().startswith("# specan report\n")
+
+
+def test_no_baseline_is_said_plainly_and_never_invented(tmp_path):
+    write_traces(
+        tmp_path,
+        deployments=[deployment("spec", target_quant="fp8"), deployment("base", "none")],  # base is bf16
+        steps=[{"deployment_id": d, "step_id": 1, "start_time": at(0), "duration_ms": 10.0, "batch_size": 1}
+               for d in ("spec", "base")],
+        rounds=[round_row("spec", "r", 0, 4, 2, step_id=1), round_row("base", "q", 0, 0, 0, step_id=1)],
+    )
+    doc = json.loads(run("report", tmp_path, "--format", "json").stdout)
+    spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
+    assert spec["baseline_id"] is None and spec["speedup"] is None and spec["speedup_coverage"] is None
+    assert "spec: no baseline: no none deployment with model m and target_quant fp8" in doc["notes"]
+    md = run("report", tmp_path).stdout
+    assert "- **spec** (eagle): speedup unknown, see the notes." in md
+
+
+def test_report_without_optional_tables(tmp_path):
+    write_traces(tmp_path, deployments=[deployment("spec")],
+                 rounds=[round_row("spec", "r", 0, 4, 3), round_row("spec", "r", 1, 4, 1, committed=1,
+                                                                     stop_reason="eos")])
+    result = run("report", tmp_path, "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (spec,) = doc["deployments"]
+    assert spec["mean_accept_length"] == 1 + 4 / 2
+    assert spec["truncated_rounds"] == 1 and spec["truncated_tokens"] == 1
+    assert spec["speedup"] is None
+    assert all(math.isfinite(v) for v in (spec["tokens_per_round"],))
+    assert "the requests table is absent: latency, capacity and categories are unavailable" in doc["notes"]
+    assert "the steps table is absent: round times, speedup and the load curve are unavailable" in doc["notes"]
