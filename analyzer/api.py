@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 
 from .load import LoadSummary, Progress, StructuralError, load_traces, read_summary
-from .views import create_views
+from .views import DEFAULT_REPEAT_N, create_views
 
 DEFAULT_MEMORY_LIMIT = "4GB"
 
@@ -53,14 +53,16 @@ def _spill_dir() -> str:
 
 
 def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: str = DEFAULT_MEMORY_LIMIT,
-                progress: Progress | None = None) -> Workspace:
-    """Load a trace directory into an in-memory database with every view."""
+                progress: Progress | None = None, views: bool = True,
+                repeat_n: int = DEFAULT_REPEAT_N) -> Workspace:
+    """Load a trace directory into an in-memory database, with every view unless ``views`` is false."""
     con = connect(memory_limit=memory_limit)
     try:
         summary = load_traces(con, traces, date=date, progress=progress)
-        if progress:
-            progress("creating views")
-        create_views(con)
+        if views:
+            if progress:
+                progress("creating views")
+            create_views(con, repeat_n=repeat_n)
     except BaseException:
         con.close()
         raise
@@ -76,7 +78,7 @@ def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT) -
 
 
 def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
-                   progress: Progress | None = None) -> LoadSummary:
+                   progress: Progress | None = None, repeat_n: int = DEFAULT_REPEAT_N) -> LoadSummary:
     """Write clean tables and views to ``db``. It is built aside and renamed, so a failed
     load never leaves a half-written database behind."""
     db = Path(db)
@@ -88,7 +90,7 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
         summary = load_traces(con, traces, progress=progress)
         if progress:
             progress("creating views")
-        create_views(con)
+        create_views(con, repeat_n=repeat_n)
         con.execute("checkpoint")
     except BaseException:
         con.close()

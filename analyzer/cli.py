@@ -48,6 +48,12 @@ def _memory_option(f):
                         help="DuckDB memory limit; larger work spills to a temp directory.")(f)
 
 
+def _repeat_n_option(f):
+    return click.option("--repeat-n", default=3, show_default=True, type=click.IntRange(1, 32),
+                        help="n of the repetition statistics: a token is a repeat when the n tokens "
+                             "before it and itself occurred earlier.")(f)
+
+
 def _progress(flag: bool | None) -> Progress:
     return Progress(sys.stderr.isatty() if flag is None else flag)
 
@@ -90,7 +96,7 @@ def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | Non
         specan validate sample_traces/ --strict
     """
     try:
-        ws = api.open_traces(traces, memory_limit=memory_limit, progress=_progress(progress))
+        ws = api.open_traces(traces, memory_limit=memory_limit, progress=_progress(progress), views=False)
     except (StructuralError, ViewError, ValueError) as exc:
         raise _fail(exc) from None
     try:
@@ -105,9 +111,11 @@ def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | Non
 @_TRACES
 @click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@_repeat_n_option
 @_memory_option
 @_progress_option
-def report(traces: Path, fmt: str, output: Path | None, memory_limit: str, progress: bool | None) -> None:
+def report(traces: Path, fmt: str, output: Path | None, repeat_n: int, memory_limit: str,
+           progress: bool | None) -> None:
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
     Markdown goes to stdout unless -o is given; progress goes to stderr.
@@ -119,7 +127,7 @@ def report(traces: Path, fmt: str, output: Path | None, memory_limit: str, progr
     """
     show = _progress(progress)
     try:
-        ws = api.open_traces(traces, memory_limit=memory_limit, progress=show)
+        ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n)
     except (StructuralError, ViewError, ValueError) as exc:
         raise _fail(exc) from None
     try:
@@ -140,9 +148,10 @@ def _emit(text_out: str, output: Path | None) -> None:
 @_TRACES
 @click.option("--db", "db", required=True, type=click.Path(path_type=Path),
               help="DuckDB database file to write (replaced if it exists).")
+@_repeat_n_option
 @_memory_option
 @_progress_option
-def load(traces: Path, db: Path, memory_limit: str, progress: bool | None) -> None:
+def load(traces: Path, db: Path, repeat_n: int, memory_limit: str, progress: bool | None) -> None:
     """Write the clean tables and every view of TRACES to a DuckDB database.
 
     The database needs no specan afterwards: `duckdb FILE` can query it.
@@ -153,7 +162,8 @@ def load(traces: Path, db: Path, memory_limit: str, progress: bool | None) -> No
         duckdb traces.duckdb "select * from accept_length"
     """
     try:
-        summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress))
+        summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress),
+                                     repeat_n=repeat_n)
     except (StructuralError, ViewError, ValueError) as exc:
         raise _fail(exc) from None
     click.echo(text.validation_summary(summary), nl=False)

@@ -92,9 +92,14 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
 
     categories = rows(con, """
         select c.deployment_id, c.category, c.num_requests, c.mean_accept_length, c.acceptance_rate,
-               c.tokens_per_round, c.speedup, cast(null as double) as repeat_ratio
+               c.tokens_per_round, c.speedup, r.repeat_ratio, r.prompt_copy_ratio, r.repeat_accept_correlation,
+               r.repeat_ratio_q1, r.repeat_ratio_median, r.repeat_ratio_q3,
+               coalesce(r.num_requests, 0) as repetition_requests
         from accept_length_by_category as c
+        left join category_repetition as r using (deployment_id, category)
         order by c.deployment_id, c.category""")
+    quartiles = rows(con, "select * from repetition_quartiles order by deployment_id, category, quartile")
+    repetition = rows(con, "select * from category_repetition order by deployment_id, category")
     structured = rows(con, """
         select deployment_id, structured_output, num_rounds, proposed_tokens, invalidated_tokens,
                invalidation_rate, mean_accept_length, fully_invalidated_rounds
@@ -112,14 +117,15 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
                                from accept_length_by_temperature
                                order by deployment_id, case temperature_bucket when '0' then 0 when '(0,0.5]' then 1
                                    when '(0.5,1]' then 2 when '>1' then 3 else 4 end""")
-    if categories:
-        notes.append("categories: repeat_ratio is null: repetition statistics are not computed yet")
+    notes += _repetition_notes(repetition)
     notes = _input_notes(summary) + _table_notes(con, summary) + notes
     return {
         "schema_version": SCHEMA_VERSION,
         "input": _input(summary),
         "deployments": out_deployments,
         "categories": categories,
+        "repetition": repetition,
+        "repetition_quartiles": quartiles,
         "structured_output": structured,
         "load_curve": load_curve,
         "context_curve": context_curve,
@@ -127,6 +133,24 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
         "temperature": temperature,
         "notes": notes,
     }
+
+
+def _repetition_notes(repetition: list[dict]) -> list[str]:
+    notes = []
+    if not repetition:
+        return notes
+    n = repetition[0]["repeat_n"]
+    without = sum(r["requests_without_tokens"] for r in repetition)
+    if without:
+        notes.append(f"{without} requests have no prompt_token_ids or output_token_ids: they are left out of "
+                     "the repetition statistics (repeat_ratio)")
+    empty = [f"{r['deployment_id']}/{r['category']}" for r in repetition if r["repeat_ratio"] is None]
+    if empty and len(empty) < len(repetition):
+        notes.append(f"repeat_ratio is null for {', '.join(empty)}: no request there has token ids and an "
+                     f"output position with {n} tokens of context")
+    elif empty:
+        notes.append("repeat_ratio is null everywhere: no request carries prompt_token_ids and output_token_ids")
+    return notes
 
 
 def _input(summary: LoadSummary) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def uncastable_value_sql(column: str, declared: str) -> str:
     if declared in ("INTEGER", "BIGINT"):
         lossy = f" or try_cast({c} as double) <> try_cast({c} as {target})"
     elif declared == "INTEGER[]":
-        lossy = (f" or len(list_filter({c}, x -> try_cast(x as double) <> try_cast(x as integer))) > 0")
+        lossy = (f" or len(list_filter({c}, lambda x: try_cast(x as double) <> try_cast(x as integer))) > 0")
     return (f"select cast({c} as varchar) from read_parquet(?) "
             f"where {c} is not null and (try_cast({c} as {target}) is null{lossy}) limit 1")
 

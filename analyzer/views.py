@@ -1,5 +1,8 @@
 """Create the views in ``sql/``: one view per file, the file name is the view name.
 
+A file whose header has the line ``-- materialized: table`` is created as a
+table instead: for work too heavy to repeat on every query (n-gram hashing).
+
 Dependencies come from the SQL itself: a view depends on every other view that
 it reads (a name after FROM or JOIN). The views are created in
 topological order, so adding a file never needs a registry edit. A cycle is an
@@ -30,6 +33,11 @@ class ViewError(Exception):
     """A problem with the SQL files themselves (cycle, duplicate name, bad SQL)."""
 
 
+_MATERIALIZED = re.compile(r"^--\s*materialized:\s*table\s*$", re.M)
+
+DEFAULT_REPEAT_N = 3
+
+
 @dataclass(frozen=True)
 class View:
     name: str
@@ -37,6 +45,7 @@ class View:
     path: Path
     sql: str
     purpose: str
+    materialized: bool = False
 
     def references(self) -> set[str]:
         code = _STRING.sub("''", _COMMENT.sub(" ", self.sql))
@@ -54,7 +63,7 @@ def discover_views(sql_dir: Path | None = None) -> dict[str, View]:
             text = path.read_text(encoding="utf-8").strip().rstrip(";").strip()
             purpose = " ".join(line[2:].strip() for line in text.splitlines()
                                if line.startswith("--")).strip()
-            views[name] = View(name, layer, path, text, purpose)
+            views[name] = View(name, layer, path, text, purpose, bool(_MATERIALIZED.search(text)))
     return views
 
 
@@ -67,14 +76,31 @@ def dependency_order(views: dict[str, View]) -> list[str]:
         raise ViewError("views form a cycle: " + " -> ".join(cycle)) from None
 
 
-def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None) -> list[str]:
-    """Create every view; returns their names in creation order."""
+def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N) -> None:
+    """Macros the views call. They are stored in the database, so plain duckdb has them too.
+
+    ``ngram_hash(s, i)`` hashes the (n+1)-gram of list ``s`` ending at 1-based index i.
+    It is written out with n + 1 arguments rather than as a list slice, which would
+    allocate a list per token and run about 15x slower.
+    """
+    if not 1 <= repeat_n <= 32:
+        raise ValueError(f"repeat n must be between 1 and 32, got {repeat_n}")
+    parts = ", ".join(f"s[i - {j}]" for j in range(repeat_n, 0, -1))
+    con.execute(f"create or replace macro repeat_n() as {repeat_n}")
+    con.execute(f"create or replace macro ngram_hash(s, i) as hash({parts}, s[i])")
+
+
+def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
+                 repeat_n: int = DEFAULT_REPEAT_N) -> list[str]:
+    """Create the macros and every view; returns the view names in creation order."""
+    create_macros(con, repeat_n)
     views = discover_views(sql_dir)
     order = dependency_order(views)
     for name in order:
         view = views[name]
+        kind = "table" if view.materialized else "view"
         try:
-            con.execute(f'create or replace view "{name}" as\n{view.sql}')
+            con.execute(f'create or replace {kind} "{name}" as\n{view.sql}')
         except duckdb.Error as exc:
             raise ViewError(f"{view.path}: cannot create view {name}: {str(exc).splitlines()[0]}") from None
     return order

@@ -38,7 +38,8 @@ def at(ms: float) -> dt.datetime:
 def arrow_table(table: str, rows: list[dict], types: dict[str, pa.DataType] | None = None) -> pa.Table:
     schema = load_schemas()[table]
     declared = {c.name: ARROW[c.type] for c in schema.columns}
-    names: list[str] = []
+    # An empty table still carries the required columns, as a zero-row file would.
+    names: list[str] = [] if rows else list(schema.required_columns)
     for row in rows:
         for key in row:
             if key not in names:

@@ -216,11 +216,36 @@ def _latency(doc: dict) -> str:
 def _categories(doc: dict) -> str:
     body = [(r["deployment_id"], r["category"], num(r["num_requests"]), num(r["mean_accept_length"]),
              pct(r["acceptance_rate"]), num(r["tokens_per_round"]), times(r["speedup"]),
-             num(r.get("repeat_ratio")))
+             num(r.get("repeat_ratio")), num(r.get("prompt_copy_ratio")), num(r.get("repeat_accept_correlation"), 2))
             for r in doc["categories"]]
-    return ("## 8. Categories\n\n"
-            + table(["deployment", "category", "requests", "accept length", "acceptance", "tokens/round",
-                     "speedup", "repeat ratio"], body))
+    n = doc["repetition"][0]["repeat_n"] if doc.get("repetition") else 3
+    parts = ["## 8. Categories and repetition\n\n"
+             "\"Code is good, chat is bad\" is a label, not an explanation. What explains acceptance is how much "
+             f"the output repeats its context: repeat ratio is the share of output tokens whose {n} preceding "
+             f"tokens and itself occurred earlier (an n-gram copier could have drafted them), prompt copy the "
+             "share found in the prompt, and r the correlation across requests of repeat ratio with the "
+             "request's accept length.\n\n",
+             table(["deployment", "category", "requests", "accept length", "acceptance", "tokens/round", "speedup",
+                    "repeat ratio", "prompt copy", "r"], body)]
+    spread = [q for q in doc.get("repetition_quartiles") or [] if q["mean_accept_length"] is not None]
+    if spread:
+        grouped: dict[tuple, dict[int, dict]] = defaultdict(dict)
+        for q in spread:
+            grouped[(q["deployment_id"], q["category"])][q["quartile"]] = q
+        rows = []
+        for (dep, category), quartiles in grouped.items():
+            cells = []
+            for k in (1, 2, 3, 4):
+                q = quartiles.get(k)
+                cells.append(DASH if q is None else
+                             f"{num(q['mean_accept_length'], 2)} ({num(q['repeat_ratio_min'], 2)}–"
+                             f"{num(q['repeat_ratio_max'], 2)})")
+            rows.append((dep, category, *cells))
+        parts.append("\nWithin each category, requests ranked by repeat ratio into quartiles: accept length "
+                     "(repeat ratio range). A rising row means the text's structure, not its label, drives "
+                     "acceptance.\n\n")
+        parts.append(table(["deployment", "category", "Q1 (least repetitive)", "Q2", "Q3", "Q4 (most)"], rows))
+    return "".join(parts)
 
 
 def _context(doc: dict) -> str:
