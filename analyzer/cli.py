@@ -242,3 +242,54 @@ def schema() -> None:
     from .schema import format_table_markdown
 
     click.echo(format_table_markdown(), nl=False)
+
+
+@main.command("replay-ngram")
+@_TRACES
+@click.option("--min-n", "min_n", default=2, show_default=True, type=int,
+              help="Shortest match that may draft (prompt_lookup_min).")
+@click.option("--max-n", "max_n", default=5, show_default=True, type=int,
+              help="Longest n-gram prompt lookup looks for (prompt_lookup_max).")
+@click.option("--k", "k", default=4, show_default=True, type=int,
+              help="Drafts per round (num_speculative_tokens); the most, for suffix.")
+@click.option("--category", default=None, help="Replay only this category (null is 'unlabeled').")
+@click.option("--variant", type=click.Choice(["prompt-lookup", "suffix", "both"]), default="both",
+              show_default=True, help="prompt-lookup: vLLM's ngram; suffix: γ = min(k, match length).")
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@_memory_option
+@_progress_option
+def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | None, variant: str, fmt: str,
+                 memory_limit: str, progress: bool | None) -> None:
+    """Predict what n-gram drafting would give on TRACES by replaying it over the logged tokens.
+
+    Needs requests with prompt_token_ids and output_token_ids. Greedy: a draft
+    counts as accepted while it equals the logged output, exact at temperature 0.
+    The predicted speedup keeps each deployment's own round cost.
+
+    \b
+    Examples:
+        specan replay-ngram sample_traces/
+        specan replay-ngram sample_traces/ --variant suffix --k 8 --format json
+    """
+    import json
+
+    from .replay import render_markdown, replay_ngram as run_replay
+
+    show = _progress(progress)
+    variants = ["prompt_lookup", "suffix"] if variant == "both" else [variant.replace("-", "_")]
+    try:
+        ws = api.open_traces(traces, memory_limit=memory_limit, progress=show)
+    except (StructuralError, ViewError, ValueError) as exc:
+        raise _fail(exc) from None
+    try:
+        results = [run_replay(ws.con, min_n=min_n, max_n=max_n, k=k, category=category, variant=v,
+                              progress=show) for v in variants]
+    except (ValueError, duckdb.Error) as exc:
+        raise _fail(exc) from None
+    finally:
+        ws.close()
+    if fmt == "json":
+        click.echo(json.dumps(tables.finite({"replays": results}), default=tables.json_default,
+                              allow_nan=False, ensure_ascii=False, indent=2))
+    else:
+        click.echo(render_markdown(results), nl=False)

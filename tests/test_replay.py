@@ -1,0 +1,325 @@
+"""The n-gram replay (analyzer.replay, the suffix drafter and the fast replay in
+analyzer.ngram, and ``specan replay-ngram``): by hand, against the simulator's
+real n-gram deployment, and through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analyzer.api import open_traces
+from analyzer.cli import main
+from analyzer.ngram import (match_table, propose, propose_suffix, replay_batch, replay_request,
+                            replay_request_suffix, replay_rounds)
+from analyzer.replay import render_markdown, replay_ngram
+from analyzer.simulate import simulate
+from tracebuilder import at, deployment, round_row, write_traces
+
+# --------------------------------------------------------------------------- by hand
+#
+#   position  0  1  2  3  4  5  6  7  8  9  10 11 | 12 13 14 15 16
+#   token     1  2  3  4  5  6  9  2  3  7  1  2  |  3  4  5  6  8
+#             prompt                              |  output
+PROMPT = [1, 2, 3, 4, 5, 6, 9, 2, 3, 7, 1, 2]
+OUTPUT = [3, 4, 5, 6, 8]
+
+
+def both_replays(kind, min_n, longest, k):
+    """The reference replay and the fast one, checked equal."""
+    reference = (replay_request if kind == "prompt_lookup" else replay_request_suffix)(
+        PROMPT, OUTPUT, min_n, longest, k)
+    fast = [tuple(r) for r in replay_rounds(PROMPT, OUTPUT, min_n, longest, k, kind).tolist()]
+    assert fast == reference
+    return reference
+
+
+def test_prompt_lookup_by_hand():
+    # n = 2 only, k = 3. output[0] = 3 comes from prefill; the rounds start at p = 1.
+    # p=1: context ends [..., 1, 2, 3]. The 2-gram [2, 3] ended earlier at 2 and at 8;
+    #      the most recent is 8, followed by [7, 1, 2]. The output goes on [4, 5, 6]:
+    #      K = 0, commit 1.
+    # p=2: context ends [3, 4]; [3, 4] ended at 3, followed by [5, 6, 9]. The output
+    #      goes on [5, 6, 8]: K = 2, commit min(K + 1, 5 - 2) = 3, and p = 5 ends it.
+    assert propose(PROMPT + OUTPUT[:1], 2, 2, 3) == [7, 1, 2]
+    assert both_replays("prompt_lookup", 2, 2, 3) == [(3, 0, 1), (3, 2, 3)]
+    # n = 2..5, k = 4: at p=1 the longest match is [1, 2, 3] (n = 3, at 0..2; at 6..8
+    # only [2, 3] matches, 9 != 1), followed by [4, 5, 6, 9]. Against [4, 5, 6, 8]:
+    # K = 3, commit 4, done in one round.
+    assert both_replays("prompt_lookup", 2, 5, 4) == [(4, 3, 4)]
+
+
+def test_suffix_by_hand():
+    # max_k = 4: at p=1 the longest earlier match is m = 3 ([1, 2, 3] at 0..2), so
+    # γ = min(4, 3) = 3 drafts [4, 5, 6], all accepted: K = 3, commit 4. Prompt lookup
+    # with k = 4 drafted a 4th token (9) that was rejected; the accepted length is the same.
+    assert propose_suffix(PROMPT + OUTPUT[:1], 2, 32, 4) == [4, 5, 6]
+    assert both_replays("suffix", 2, 32, 4) == [(3, 3, 4)]
+    # max_k = 2: p=1 drafts min(2, 3) = 2 tokens [4, 5]: K = 2, commit 3.
+    # p=4: the context ends [..., 7, 1, 2, 3, 4, 5, 6]; its last 6 tokens occurred at 0..5
+    #      (a 7th would lie before position 0), so m = 6, followed by [9, 2]:
+    #      γ = min(2, 6) = 2. One output token is left, 8: K = 0, commit 1.
+    assert both_replays("suffix", 2, 32, 2) == [(2, 2, 3), (2, 0, 1)]
+    # A match shorter than min_n drafts nothing: with min_n = 4 the 3-token match at p=1
+    # is too short (commit 1); at p=2 the context ends [1, 2, 3, 4], m = 4, γ = 4 drafts
+    # [5, 6, 9, 2] against [5, 6, 8]: K = 2, commit 3.
+    assert both_replays("suffix", 4, 32, 4) == [(0, 0, 1), (4, 2, 3)]
+
+
+def test_match_table_by_hand():
+    length, end = match_table(PROMPT + OUTPUT, 8)
+    # Position 8 (token 3): [2, 3] ended at 2 before, [9, 2, 3] never did.
+    assert (length[8], end[8]) == (2, 2)
+    # Position 15 (token 6): [1, 2, 3, 4, 5, 6] ended at 5; [7, 1, ..., 6] never did.
+    assert (length[15], end[15]) == (6, 5)
+    assert (length[0], end[0]) == (0, -1)
+
+
+def test_propose_suffix_arguments():
+    with pytest.raises(ValueError):
+        propose_suffix([1, 2], 3, 2, 1)
+    with pytest.raises(ValueError):
+        propose_suffix([1, 2], 1, 2, 0)
+    assert propose_suffix([], 1, 4, 4) == []
+    assert propose_suffix([5, 5], 1, 4, 4) == [5]  # m = 1 earns one draft
+
+
+def test_fast_replay_matches_the_reference():
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        vocab = int(rng.integers(1, 5))
+        prompt = rng.integers(-2, vocab, int(rng.integers(0, 20))).tolist()
+        output = rng.integers(-2, vocab, int(rng.integers(0, 30))).tolist()
+        min_n = int(rng.integers(1, 4))
+        longest = min_n + int(rng.integers(0, 5))
+        k = int(rng.integers(1, 6))
+        fast = replay_rounds(prompt, output, min_n, longest, k).tolist()
+        assert [tuple(r) for r in fast] == replay_request(prompt, output, min_n, longest, k)
+        fast = replay_rounds(prompt, output, min_n, longest, k, "suffix").tolist()
+        assert [tuple(r) for r in fast] == replay_request_suffix(prompt, output, min_n, longest, k)
+
+
+def test_batched_requests_never_match_each_other():
+    rng = np.random.default_rng(12)
+    for _ in range(100):
+        requests = [(rng.integers(0, 3, int(rng.integers(0, 12))).tolist(),
+                     rng.integers(0, 3, int(rng.integers(0, 20))).tolist()) for _ in range(int(rng.integers(1, 6)))]
+        tokens = np.concatenate([np.asarray(p + o, dtype=np.int64) for p, o in requests])
+        bounds = np.concatenate([[0], np.cumsum([len(p) + len(o) for p, o in requests])])
+        for kind, reference in (("prompt_lookup", replay_request), ("suffix", replay_request_suffix)):
+            rounds, owner = replay_batch(tokens, bounds, [len(p) for p, _ in requests], 2, 5, 4, kind)
+            expected = [(r, tuple(x)) for r, (p, o) in enumerate(requests) for x in reference(p, o, 2, 5, 4)]
+            assert list(zip(owner.tolist(), map(tuple, rounds.tolist()))) == expected
+
+
+# --------------------------------------------------------------------------- a hand-built trace
+
+def request(deployment_id, request_id, **extra):
+    return {"deployment_id": deployment_id, "request_id": request_id, "category": "code",
+            "arrival_time": at(0), "first_token_time": at(10), "finish_time": at(100),
+            "prompt_tokens": len(PROMPT), "output_tokens": len(OUTPUT), "finish_reason": "stop",
+            "temperature": 0.0, **extra}
+
+
+def step(deployment_id, step_id, batch_size, duration_ms, prefill=0):
+    return {"deployment_id": deployment_id, "step_id": step_id, "start_time": at(step_id),
+            "duration_ms": duration_ms, "batch_size": batch_size, "num_prefill_tokens": prefill}
+
+
+IDS = {"prompt_token_ids": PROMPT, "output_token_ids": OUTPUT}
+NGRAM_CONFIG = json.dumps({"method": "ngram", "num_speculative_tokens": 3,
+                           "prompt_lookup_min": 2, "prompt_lookup_max": 2})
+
+
+@pytest.fixture
+def hand_trace(tmp_path):
+    """An n-gram deployment `ng` and its implicitly matched baseline `base`.
+
+    ng's rounds (all of request r1), by step: batch 1 for 10 and 14 ms, batch 2 for
+    20 ms, batch 3 for 30 ms (a bucket the baseline lacks), and a prefill step of
+    50 ms. base: batch 1 for 5 and 7 ms, batch 2 for 8 ms, one token each, so
+    t0(1) = 12 / 2 = 6 ms and t0(2) = 8 ms. Request r2 has no token ids.
+    """
+    return write_traces(
+        tmp_path / "hand",
+        deployments=[deployment("ng", "ngram", 3, spec_config=NGRAM_CONFIG), deployment("base", "none")],
+        requests=[request("ng", "r1", **IDS), request("ng", "r2", temperature=0.7),
+                  request("base", "b1", **IDS)],
+        steps=[step("ng", 1, 1, 10.0), step("ng", 2, 1, 14.0), step("ng", 3, 2, 20.0),
+               step("ng", 4, 3, 30.0), step("ng", 5, 1, 50.0, prefill=100),
+               step("base", 11, 1, 5.0), step("base", 12, 1, 7.0), step("base", 13, 2, 8.0)],
+        rounds=[round_row("ng", "r1", 0, 3, 0, step_id=1), round_row("ng", "r1", 1, 3, 2, step_id=2),
+                round_row("ng", "r1", 2, 0, 0, step_id=3), round_row("ng", "r1", 3, 0, 0, step_id=4),
+                round_row("ng", "r1", 4, 0, 0, step_id=5),
+                round_row("base", "b1", 0, 0, 0, step_id=11), round_row("base", "b1", 1, 0, 0, step_id=12),
+                round_row("base", "b1", 2, 0, 0, step_id=13)],
+    )
+
+
+def test_predicted_speedup_is_the_hand_formula(hand_trace):
+    ws = open_traces(hand_trace)
+    try:
+        res = replay_ngram(ws.con, min_n=2, max_n=2, k=3)
+    finally:
+        ws.close()
+    (ng,) = [r for r in res["deployments"] if r["deployment_id"] == "ng"]
+    (ng_code,) = [r for r in res["categories"] if r["deployment_id"] == "ng"]
+    # The replay of r1 (test_prompt_lookup_by_hand): rounds (3,0,1) and (3,2,3).
+    for row in (ng, ng_code):
+        assert (row["num_requests"], row["num_rounds"], row["num_spec_rounds"], row["num_draft_tokens"],
+                row["num_accepted_tokens"], row["num_committed_tokens"]) == (1, 2, 2, 6, 2, 4)
+        assert row["mean_accept_length"] == 2.0 and row["tokens_per_round"] == 2.0
+        assert row["acceptance_rate"] == pytest.approx(1 / 3) and row["no_draft_share"] == 0.0
+        assert row["sampled_share"] == 0.0
+        # Covered decode-only buckets 1 (2 rounds, 24 ms) and 2 (1 round, 20 ms); the
+        # batch-3 round has no t0, the prefill round is not decode-only:
+        # 2 tokens/round × (6 · 2 + 8 · 1) / (24 + 20) = 40 / 44.
+        assert row["predicted_speedup"] == pytest.approx(2 * (6 * 2 + 8 * 1) / (24 + 20))
+        assert row["predicted_speedup_coverage"] == pytest.approx(3 / 5)
+        assert row["predicted_speedup_note"] is None
+        assert row["baseline_id"] == "base"
+    # The measured values of an ngram deployment sit beside the prediction.
+    assert ng["measured"]["num_rounds"] == 5 and ng["measured"]["no_draft_share"] == pytest.approx(3 / 5)
+    assert ng["measured"]["mean_accept_length"] == pytest.approx(1 + 2 / 2)
+    assert ng["measured"]["speedup"] == pytest.approx((6 * (1 + 3) + 8 * 1) / (24 + 20))
+    assert ng_code["measured"]["tokens_per_round"] == pytest.approx(7 / 5)
+    # The baseline itself: the replay, but no speedup, with the reason.
+    (base,) = [r for r in res["deployments"] if r["deployment_id"] == "base"]
+    assert base["predicted_speedup"] is None and "plain decoding" in base["predicted_speedup_note"]
+    assert base["measured"] is None
+
+
+def test_suffix_prediction_uses_the_same_costs(hand_trace):
+    ws = open_traces(hand_trace)
+    try:
+        res = replay_ngram(ws.con, min_n=2, k=4, variant="suffix")
+    finally:
+        ws.close()
+    (ng,) = [r for r in res["deployments"] if r["deployment_id"] == "ng"]
+    # One round (3, 3, 4) (test_suffix_by_hand): 4 tokens per round.
+    assert (ng["num_rounds"], ng["num_draft_tokens"], ng["num_accepted_tokens"]) == (1, 3, 3)
+    assert ng["predicted_speedup"] == pytest.approx(4 * 20 / 44)
+    assert res["parameters"] == {"min_n": 2, "max_match": 32, "max_k": 4,
+                                 "gamma": "min(max_k, match length)", "category": None}
+
+
+def test_requests_without_token_ids_are_counted_and_noted(hand_trace):
+    ws = open_traces(hand_trace)
+    try:
+        res = replay_ngram(ws.con, min_n=2, max_n=2, k=3)
+    finally:
+        ws.close()
+    assert res["requests_without_token_ids"] == {"ng": 1}
+    assert res["num_requests_replayed"] == 2
+    assert any("left out: ng 1." in note for note in res["notes"])
+    # The deployment's configuration matches the parameters: no mismatch note.
+    assert not any("is configured with" in note for note in res["notes"])
+
+
+def test_bad_input(hand_trace):
+    ws = open_traces(hand_trace)
+    try:
+        with pytest.raises(ValueError, match="min_n <= max_n"):
+            replay_ngram(ws.con, min_n=3, max_n=2)
+        with pytest.raises(ValueError, match="no request has category 'chat'"):
+            replay_ngram(ws.con, category="chat")
+        with pytest.raises(ValueError, match="unknown variant"):
+            replay_ngram(ws.con, variant="eagle")
+        res = replay_ngram(ws.con, min_n=2, max_n=5, k=4, category="code")
+        assert res["deployments"] == [] and {r["category"] for r in res["categories"]} == {"code"}
+        assert any("is configured with prompt_lookup_min=2, prompt_lookup_max=2" in n for n in res["notes"])
+    finally:
+        ws.close()
+
+
+def test_no_token_ids_at_all(tmp_path):
+    path = write_traces(tmp_path / "t", deployments=[deployment("a")], requests=[request("a", "r1")],
+                        rounds=[round_row("a", "r1", 0, 0, 0)])
+    ws = open_traces(path)
+    try:
+        with pytest.raises(ValueError, match="no request has both"):
+            replay_ngram(ws.con)
+    finally:
+        ws.close()
+
+
+# --------------------------------------------------------------------------- the simulator
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    outdir = tmp_path_factory.mktemp("sim")
+    simulate(outdir, seed=1, requests=20, days=1)
+    ws = open_traces(outdir)
+    yield ws
+    ws.close()
+
+
+def test_replay_reproduces_the_simulated_ngram_deployment(simulated):
+    """The simulator's ngram-bf16 rounds are the greedy replay of the same drafter with
+    n = 2..5 and k = 4, so every count must match exactly, category by category."""
+    res = replay_ngram(simulated.con, min_n=2, max_n=5, k=4)
+    measured = {row[0]: row[1:] for row in simulated.con.execute("""
+        select category, num_rounds, num_spec_rounds, num_draft_tokens, num_accepted_tokens,
+               num_committed_tokens, mean_accept_length, tokens_per_round, acceptance_rate
+        from accept_length_by_category where deployment_id = 'ngram-bf16'""").fetchall()}
+    replayed = {r["category"]: r for r in res["categories"] if r["deployment_id"] == "ngram-bf16"}
+    assert replayed.keys() == measured.keys() and len(measured) == 4
+    for category, values in measured.items():
+        r = replayed[category]
+        got = (r["num_rounds"], r["num_spec_rounds"], r["num_draft_tokens"], r["num_accepted_tokens"],
+               r["num_committed_tokens"], r["mean_accept_length"], r["tokens_per_round"], r["acceptance_rate"])
+        assert got == values, category
+        assert all(isinstance(v, int) for v in got[:5])
+        assert r["measured"]["mean_accept_length"] == r["mean_accept_length"]
+        assert r["measured"]["no_draft_share"] == r["no_draft_share"]
+    (dep,) = [r for r in res["deployments"] if r["deployment_id"] == "ngram-bf16"]
+    assert dep["mean_accept_length"] == dep["measured"]["mean_accept_length"]
+    assert dep["num_committed_tokens"] == dep["measured"]["num_committed_tokens"]
+    assert res["tokens_per_s"] > 0 and res["tokens_replayed"] > 0
+    assert render_markdown([res]).startswith("# n-gram replay")
+
+
+# --------------------------------------------------------------------------- CLI
+
+def test_cli_markdown_and_json(hand_trace):
+    runner = CliRunner()
+    result = runner.invoke(main, ["replay-ngram", str(hand_trace), "--min-n", "2", "--max-n", "2", "--k", "3"])
+    assert result.exit_code == 0, result.output
+    assert "## Prompt lookup (n = 2..2, k = 3)" in result.stdout
+    assert "## Suffix drafting" in result.stdout
+    assert "Greedy assumption" in result.stdout and "exact for greedy decoding (temperature 0)" in result.stdout
+    assert "| ng | **all** | 1 | 2.000 | 2.000 | 0.0% | 0.909× | 2.000 | 1.400 | 60.0% | 0.727× |" in result.stdout
+
+    result = runner.invoke(main, ["replay-ngram", str(hand_trace), "--variant", "prompt-lookup",
+                                  "--format", "json", "--progress"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)  # progress went to stderr
+    assert [r["variant"] for r in doc["replays"]] == ["prompt_lookup"]
+    assert any(note.startswith("Greedy assumption") for note in doc["replays"][0]["notes"])
+    assert "replayed" in result.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--min-n", "3", "--max-n", "2"], "need min_n <= max_n"),
+    (["--k", "0"], "k >= 1"),
+    (["--category", "nope"], "no request has category 'nope'"),
+])
+def test_cli_bad_input_exits_2_with_one_line(hand_trace, args, fragment):
+    result = CliRunner().invoke(main, ["replay-ngram", str(hand_trace), *args])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr
+
+
+def test_cli_missing_traces(tmp_path):
+    result = CliRunner().invoke(main, ["replay-ngram", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+
+
+def test_cli_without_a_requests_table(tmp_path):
+    path = write_traces(tmp_path / "t", deployments=[deployment("a")], rounds=[round_row("a", "r1", 0, 0, 0)])
+    result = CliRunner().invoke(main, ["replay-ngram", str(path)])
+    assert result.exit_code == 2 and "the requests table is absent" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
