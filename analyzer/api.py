@@ -109,13 +109,28 @@ def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tup
     return [d[0] for d in result.description], result.fetchall()
 
 
-def report_document(ws: Workspace, progress: Progress | None = None) -> dict:
-    """The report as a JSON-ready document (metrics.md)."""
+def report_document(ws: Workspace, config=None, progress: Progress | None = None) -> dict:
+    """The report as a JSON-ready document (metrics.md), with gate results under ``gates``."""
+    from .gates import evaluate_gates
     from .metrics import collect
+    from .quant import quant_matrix
 
     if progress:
         progress("computing metrics")
-    return collect(ws.con, ws.summary)
+    doc = collect(ws.con, ws.summary)
+    if progress:
+        progress("quantization matrix")
+    doc["quantization"] = quant_matrix(ws.con)
+    if progress:
+        progress("evaluating gates")
+    doc["gates"] = evaluate_gates(ws.con, config)
+    return doc
+
+
+def gates_failed(doc: dict) -> bool:
+    from .gates import any_failed
+
+    return any_failed(doc.get("gates", []))
 
 
 def render_report(doc: dict, fmt: str) -> str:

@@ -15,6 +15,7 @@ import click
 import duckdb
 
 from . import api
+from .config import ConfigError, load_config
 from .load import StructuralError
 from .report import tables, text
 from .views import ViewError
@@ -111,30 +112,38 @@ def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | Non
 @_TRACES
 @click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="TOML file of gate thresholds (defaults: see the README).")
+@click.option("--check", is_flag=True, help="Exit 1 when a deployment gate fails.")
 @_repeat_n_option
 @_memory_option
 @_progress_option
-def report(traces: Path, fmt: str, output: Path | None, repeat_n: int, memory_limit: str,
-           progress: bool | None) -> None:
+def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None, check: bool, repeat_n: int,
+           memory_limit: str, progress: bool | None) -> None:
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
-    Markdown goes to stdout unless -o is given; progress goes to stderr.
+    Markdown goes to stdout unless -o is given; progress goes to stderr. Gate
+    results are shown; only with --check does a failed gate exit 1.
 
     \b
     Examples:
         specan report sample_traces/
         specan report sample_traces/ --format json -o report.json
+        specan report traces/ --config gates.toml --check
     """
     show = _progress(progress)
     try:
+        config = load_config(config_path)
         ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n)
-    except (StructuralError, ViewError, ValueError) as exc:
+    except (StructuralError, ViewError, ValueError, ConfigError) as exc:
         raise _fail(exc) from None
     try:
-        doc = api.report_document(ws, progress=show)
+        doc = api.report_document(ws, config=config, progress=show)
     finally:
         ws.close()
     _emit(api.render_report(doc, fmt), output)
+    if check and api.gates_failed(doc):
+        sys.exit(1)
 
 
 def _emit(text_out: str, output: Path | None) -> None:
@@ -293,3 +302,46 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
                               allow_nan=False, ensure_ascii=False, indent=2))
     else:
         click.echo(render_markdown(results), nl=False)
+
+
+@main.command()
+@_TRACES
+@click.option("--deployment", "deployment_id", required=True, help="The deployment to tune (its deployment_id).")
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@_memory_option
+@_progress_option
+def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, progress: bool | None) -> None:
+    """Recommend a speculation length per batch-size range for one deployment of TRACES.
+
+    Predicts t0 · E[L](γ) / T_round(γ) for every γ up to num_speculative_tokens in
+    each batch bucket, from the measured acceptance, a round-cost model fitted to
+    the deployment's decode-only steps and the matched baseline's t0, and prints
+    vLLM's num_speculative_tokens_per_batch_size ranges.
+
+    \b
+    Examples:
+        specan recommend sample_traces/ --deployment eagle-dyn-bf16
+        specan recommend sample_traces/ --deployment eagle-bf16 --format json
+    """
+    import json
+
+    from .tuning import recommend as run_recommend, render_recommend_markdown
+
+    show = _progress(progress)
+    try:
+        ws = api.open_traces(traces, memory_limit=memory_limit, progress=show)
+    except (StructuralError, ViewError, ValueError) as exc:
+        raise _fail(exc) from None
+    try:
+        if show.enabled:
+            show(f"fitting round costs of {deployment_id}")
+        result = run_recommend(ws.con, deployment_id)
+    except (ValueError, duckdb.Error) as exc:
+        raise _fail(exc) from None
+    finally:
+        ws.close()
+    if fmt == "json":
+        click.echo(json.dumps(tables.finite(result), default=tables.json_default, allow_nan=False,
+                              ensure_ascii=False, indent=2))
+    else:
+        click.echo(render_recommend_markdown(result), nl=False)

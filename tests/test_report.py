@@ -168,3 +168,23 @@ def test_report_without_optional_tables(tmp_path):
     assert all(math.isfinite(v) for v in (spec["tokens_per_round"],))
     assert "the requests table is absent: latency, capacity and categories are unavailable" in doc["notes"]
     assert "the steps table is absent: round times, speedup and the load curve are unavailable" in doc["notes"]
+
+
+def test_gates_exit_status_only_under_check(tmp_path):
+    # On the sample traces the latency gate fails (max_stall p99 > 250 ms for every deployment).
+    plain = run("report", SAMPLE, "--format", "json")
+    assert plain.exit_code == 0
+    gates = json.loads(plain.stdout)["gates"]
+    assert {(g["deployment_id"], g["gate"], g["status"]) for g in gates if g["gate"] == "latency"} >= {
+        ("eagle-bf16", "latency", "fail")}
+    assert run("report", SAMPLE, "--check").exit_code == 1
+    loose = tmp_path / "loose.toml"
+    loose.write_text("[gates.latency]\nttft_p99_ms = 1e9\ntpot_p95_ms = 1e9\nmax_stall_p99_ms = 1e9\n"
+                     "[gates.capacity]\nmin_speedup = 0.5\n")
+    result = run("report", SAMPLE, "--check", "--config", loose)
+    assert result.exit_code == 0, result.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[gates.latency]\nttft_p99 = 5\n")
+    result = run("report", SAMPLE, "--config", bad)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "ttft_p99" in result.stderr and str(bad) in result.stderr

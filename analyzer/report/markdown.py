@@ -46,7 +46,7 @@ def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
 def render(doc: dict[str, Any]) -> str:
     sections: list[Callable[[dict], str]] = [
         _header, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
-        _latency, _categories, _context, _trees, _capacity, _temperature, _notes,
+        _latency, _categories, _context, _trees, _capacity, _temperature, _quantization, _gates, _notes,
     ]
     return "\n".join(part for part in (s(doc) for s in sections) if part)
 
@@ -288,6 +288,18 @@ def _temperature(doc: dict) -> str:
     return ("## 12. Temperature\n\n"
             + table(["deployment", "temperature", "requests", "accept length", "acceptance", "tokens/round"],
                     body))
+
+
+def _quantization(doc: dict) -> str:
+    from ..quant import render_quant_markdown
+
+    return render_quant_markdown(doc["quantization"]) if doc.get("quantization") else ""
+
+
+def _gates(doc: dict) -> str:
+    from ..gates import render_gates_markdown
+
+    return render_gates_markdown(doc.get("gates", []))
 
 
 def _notes(doc: dict) -> str:

@@ -1,0 +1,445 @@
+"""analyzer.gates: the four deployment gates (commands.md "Gates", seed 8.2) on tiny traces.
+
+Every expected value is worked out by hand in the comment next to it. Latency
+percentiles use numpy's default (linear) percentile as the oracle, as
+metrics.md says.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyzer import api
+from analyzer.config import Config, parse_config
+from analyzer.gates import any_failed, evaluate_gates, render_gates_markdown
+from tracebuilder import at, deployment, round_row, write_table, write_traces
+
+# --------------------------------------------------------------------------- builders
+
+
+def request(deployment_id: str, request_id: str, arrival=0.0, first=10.0, finish=100.0,
+            output_tokens=5, finish_reason="stop", **extra) -> dict:
+    """A request; times are ms after the fixed instant of ``at`` (None stays null)."""
+    return {"deployment_id": deployment_id, "request_id": request_id,
+            "arrival_time": None if arrival is None else at(arrival),
+            "first_token_time": None if first is None else at(first),
+            "finish_time": None if finish is None else at(finish),
+            "prompt_tokens": 10, "output_tokens": output_tokens, "finish_reason": finish_reason, **extra}
+
+
+def step(deployment_id: str, step_id: int, duration_ms: float, batch_size: int = 1,
+         start_ms: float | None = None, **extra) -> dict:
+    return {"deployment_id": deployment_id, "step_id": step_id,
+            "start_time": at(step_id if start_ms is None else start_ms),
+            "duration_ms": duration_ms, "batch_size": batch_size, **extra}
+
+
+def config(text: str = "") -> Config:
+    import tomllib
+    return parse_config(tomllib.loads(text), source="test.toml")
+
+
+@pytest.fixture
+def gates_of(tmp_path):
+    """gates_of(config, deployments=[...], ...) -> {(deployment_id, gate): gate dict}."""
+    counter = [0]
+
+    def _gates(cfg: Config | None = None, **tables) -> dict:
+        root = tmp_path / f"traces{counter[0]}"
+        counter[0] += 1
+        write_traces(root, **tables)
+        ws = api.open_traces(root)
+        try:
+            assert ws.con.execute("select count(*) from rejected_rows").fetchone()[0] == 0
+            result = evaluate_gates(ws.con, cfg or Config())
+        finally:
+            ws.close()
+        return {(g["deployment_id"], g["gate"]): g for g in result}
+
+    return _gates
+
+
+def check(gate: dict, name: str) -> dict:
+    found = [c for c in gate["checks"] if c["name"] == name]
+    assert len(found) == 1, gate
+    return found[0]
+
+
+BASE = deployment("base", method="none")
+
+# --------------------------------------------------------------------------- correctness
+
+
+def test_correctness_pass_fail_unknown(gates_of):
+    g = gates_of(
+        deployments=[BASE, deployment("allok"), deployment("onebad"), deployment("allnull")],
+        requests=[
+            request("base", "b1", matches_reference=True),
+            # 3 of 4 match: 0.75 < 1.0
+            *[request("onebad", f"r{i}", matches_reference=v) for i, v in enumerate([True, True, False, True])],
+            # 2 of 2 non-null match (the null one is not counted): 1.0
+            request("allok", "r1", matches_reference=True), request("allok", "r2", matches_reference=None),
+            request("allok", "r3", matches_reference=True),
+            # no non-null value
+            request("allnull", "r1", matches_reference=None), request("allnull", "r2", matches_reference=None),
+        ],
+        rounds=[round_row("base", "b1", 0, 0, 0)],
+    )
+    bad = g[("onebad", "correctness")]
+    assert bad["status"] == "fail"
+    assert bad["checks"] == [{"name": "match_rate", "value": 0.75, "threshold": 1.0, "status": "fail",
+                              "reason": None}]
+    ok = g[("allok", "correctness")]
+    assert ok["status"] == "pass" and check(ok, "match_rate")["value"] == 1.0
+    assert ok["reason"] is None
+    null = g[("allnull", "correctness")]
+    assert null["status"] == "unknown"
+    assert check(null, "match_rate")["value"] is None
+    assert "matches_reference is null for every request" in null["reason"]
+    # the baseline is the reference itself: not gated on correctness
+    assert ("base", "correctness") not in g
+
+
+def test_correctness_threshold_from_config(gates_of):
+    tables = dict(
+        deployments=[deployment("spec")],
+        requests=[request("spec", f"r{i}", matches_reference=v) for i, v in enumerate([True, True, False, True])],
+        rounds=[round_row("spec", "r0", 0, 2, 1)],
+    )
+    # 0.75 >= 0.75: thresholds are inclusive
+    assert gates_of(config("[gates.correctness]\nmin_match_rate = 0.75"), **tables)[
+        ("spec", "correctness")]["status"] == "pass"
+    assert gates_of(config("[gates.correctness]\nmin_match_rate = 0.8"), **tables)[
+        ("spec", "correctness")]["status"] == "fail"
+
+
+def test_correctness_unknown_when_the_column_is_absent_from_every_file(gates_of):
+    g = gates_of(deployments=[deployment("spec")], requests=[request("spec", "r1")],
+                 rounds=[round_row("spec", "r1", 0, 2, 1)])
+    gate = g[("spec", "correctness")]
+    assert gate["status"] == "unknown"
+    assert check(gate, "match_rate")["reason"] == "matches_reference is absent from every requests file"
+    assert gate["reason"] == "match_rate: matches_reference is absent from every requests file"
+
+
+def test_correctness_unknown_without_requests(gates_of):
+    g = gates_of(deployments=[deployment("spec")], rounds=[round_row("spec", "r1", 0, 2, 1)])
+    gate = g[("spec", "correctness")]
+    assert gate["status"] == "unknown"
+    assert check(gate, "match_rate")["reason"] == "the requests table is absent"
+
+
+def test_correctness_counts_only_files_that_carry_the_column(tmp_path):
+    # date 27 carries matches_reference (1 of 2 true), date 28 does not: its requests are not
+    # counted as matching or not (no default applies) -> 1 / 2 = 0.5
+    root = tmp_path / "t"
+    write_traces(root, deployments=[deployment("spec")], rounds=[round_row("spec", "r1", 0, 2, 1)])
+    write_table(root, "requests", {
+        "date=2026-11-27": [request("spec", "r1", matches_reference=True),
+                            request("spec", "r2", matches_reference=False)],
+        "date=2026-11-28": [request("spec", "r3"), request("spec", "r4")],
+    })
+    ws = api.open_traces(root)
+    try:
+        gate = {g["gate"]: g for g in evaluate_gates(ws.con, Config())}["correctness"]
+    finally:
+        ws.close()
+    assert check(gate, "match_rate")["value"] == 0.5
+    assert gate["status"] == "fail"
+
+
+# --------------------------------------------------------------------------- quality
+
+
+def test_quality_against_the_matched_baseline(gates_of):
+    g = gates_of(
+        deployments=[BASE, deployment("worse"), deployment("close"), deployment("better"),
+                     deployment("orphan", baseline_id="nosuch")],
+        requests=[
+            # baseline mean (0.90 + 0.80) / 2 = 0.85
+            request("base", "b1", quality_score=0.90), request("base", "b2", quality_score=0.80),
+            # mean 0.81 -> drop 0.04 > 0.01
+            request("worse", "r1", quality_score=0.80), request("worse", "r2", quality_score=0.82),
+            # mean (0.85 + 0.84 + null) -> 0.845 -> drop 0.005
+            request("close", "r1", quality_score=0.85), request("close", "r2", quality_score=0.84),
+            request("close", "r3", quality_score=None),
+            # mean 0.95 -> drop −0.10: an improvement passes
+            request("better", "r1", quality_score=0.95),
+            request("orphan", "r1", quality_score=0.5),
+        ],
+        rounds=[round_row("base", "b1", 0, 0, 0)],
+    )
+    worse = g[("worse", "quality")]
+    assert worse["status"] == "fail"
+    c = check(worse, "quality_drop")
+    assert c["value"] == pytest.approx(0.04, abs=1e-12) and c["threshold"] == 0.01
+    close = g[("close", "quality")]
+    assert close["status"] == "pass"
+    assert check(close, "quality_drop")["value"] == pytest.approx(0.005, abs=1e-12)
+    better = g[("better", "quality")]
+    assert better["status"] == "pass"
+    assert check(better, "quality_drop")["value"] == pytest.approx(-0.10, abs=1e-12)
+    # baseline_id names no deployment: no matched baseline, so no comparison
+    orphan = g[("orphan", "quality")]
+    assert orphan["status"] == "unknown"
+    assert check(orphan, "quality_drop")["value"] is None
+    assert "no matched baseline" in orphan["reason"] and "nosuch" in orphan["reason"]
+    assert ("base", "quality") not in g
+
+
+def test_quality_drop_equal_to_the_threshold_passes(gates_of):
+    # 0.25 − 0.24 is 0.010000000000000009 in floating point: still ≤ 0.01
+    assert 0.25 - 0.24 > 0.01
+    g = gates_of(
+        deployments=[BASE, deployment("spec")],
+        requests=[request("base", "b1", quality_score=0.25), request("spec", "r1", quality_score=0.24)],
+        rounds=[round_row("base", "b1", 0, 0, 0)],
+    )
+    gate = g[("spec", "quality")]
+    assert check(gate, "quality_drop")["value"] > 0.01
+    assert gate["status"] == "pass"
+
+
+def test_quality_unknown_cases(gates_of):
+    # column absent from every requests file
+    g = gates_of(deployments=[BASE, deployment("spec")],
+                 requests=[request("base", "b1"), request("spec", "r1")],
+                 rounds=[round_row("base", "b1", 0, 0, 0)])
+    gate = g[("spec", "quality")]
+    assert gate["status"] == "unknown"
+    assert check(gate, "quality_drop")["reason"] == "quality_score is absent from every requests file"
+    # the baseline has no value
+    g = gates_of(deployments=[BASE, deployment("spec")],
+                 requests=[request("base", "b1", quality_score=None), request("spec", "r1", quality_score=0.9)],
+                 rounds=[round_row("base", "b1", 0, 0, 0)])
+    gate = g[("spec", "quality")]
+    assert gate["status"] == "unknown"
+    assert check(gate, "quality_drop")["reason"] == "baseline base has no request with a quality_score"
+    # no baseline at all
+    g = gates_of(deployments=[deployment("spec")], requests=[request("spec", "r1", quality_score=0.9)],
+                 rounds=[round_row("spec", "r1", 0, 2, 1)])
+    assert g[("spec", "quality")]["status"] == "unknown"
+    assert "no matched baseline" in g[("spec", "quality")]["reason"]
+
+
+# --------------------------------------------------------------------------- latency
+
+# (ttft ms, finish − first ms, output tokens, largest streaming gap ms)
+LATENCY = [(100.0, 200.0, 11, 50.0), (200.0, 300.0, 11, 60.0), (300.0, 400.0, 11, 70.0),
+           (400.0, 500.0, 11, 80.0), (5000.0, 600.0, 11, 300.0)]
+
+
+def latency_tables(dep: str = "spec") -> dict:
+    """One round per request, in its own step: the emissions are the first token and the round's
+    end (start + duration), so the request's only gap, its max_stall, is the gap given."""
+    reqs, steps, rounds = [], [], []
+    for i, (ttft, span, n, gap) in enumerate(LATENCY):
+        arrival = 10_000.0 * i
+        first = arrival + ttft
+        reqs.append(request(dep, f"r{i}", arrival=arrival, first=first, finish=first + span, output_tokens=n,
+                            num_preemptions=0))
+        steps.append(step(dep, i + 1, gap, start_ms=first))
+        rounds.append(round_row(dep, f"r{i}", 0, 2, 1, step_id=i + 1))
+    return dict(deployments=[deployment(dep)], requests=reqs, steps=steps, rounds=rounds)
+
+
+def test_latency_percentiles_against_thresholds(gates_of):
+    ttft = np.array([t for t, *_ in LATENCY])
+    tpot = np.array([span / (n - 1) for _, span, n, _ in LATENCY])         # 20, 30, 40, 50, 60
+    stall = np.array([gap for *_, gap in LATENCY])
+    # by hand: ttft p99 = 400 + 0.96 · 4600 = 4816; tpot p95 = 50 + 0.8 · 10 = 58;
+    # max_stall p99 = 80 + 0.96 · 220 = 291.2
+    assert np.percentile(ttft, 99) == pytest.approx(4816.0)
+    assert np.percentile(tpot, 95) == pytest.approx(58.0)
+    assert np.percentile(stall, 99) == pytest.approx(291.2)
+
+    gate = gates_of(**latency_tables())[("spec", "latency")]
+    assert [c["name"] for c in gate["checks"]] == ["ttft_p99_ms", "tpot_p95_ms", "max_stall_p99_ms"]
+    assert check(gate, "ttft_p99_ms")["value"] == pytest.approx(np.percentile(ttft, 99), rel=1e-9)
+    assert check(gate, "tpot_p95_ms")["value"] == pytest.approx(np.percentile(tpot, 95), rel=1e-9)
+    assert check(gate, "max_stall_p99_ms")["value"] == pytest.approx(np.percentile(stall, 99), rel=1e-9)
+    assert [c["status"] for c in gate["checks"]] == ["fail", "pass", "fail"]   # 4816 > 2000, 58 ≤ 60, 291.2 > 250
+    assert [c["threshold"] for c in gate["checks"]] == [2000.0, 60.0, 250.0]
+    assert gate["status"] == "fail"
+
+    loose = config("[gates.latency]\nttft_p99_ms = 5000\nmax_stall_p99_ms = 300")
+    gate = gates_of(loose, **latency_tables())[("spec", "latency")]
+    assert gate["status"] == "pass" and gate["reason"] is None
+    tight = config("[gates.latency]\nttft_p99_ms = 5000\nmax_stall_p99_ms = 300\ntpot_p95_ms = 57.9")
+    gate = gates_of(tight, **latency_tables())[("spec", "latency")]
+    assert gate["status"] == "fail"
+    assert [c["status"] for c in gate["checks"]] == ["pass", "fail", "pass"]
+
+
+def test_one_pass_and_one_unknown_check_make_an_unknown_gate(gates_of):
+    # without the steps table no streaming gap has a time: max_stall is unknown, while
+    # ttft and tpot pass. The gate is unknown, not pass.
+    tables = latency_tables()
+    del tables["steps"]
+    loose = config("[gates.latency]\nttft_p99_ms = 5000")
+    gate = gates_of(loose, **tables)[("spec", "latency")]
+    assert [c["status"] for c in gate["checks"]] == ["pass", "pass", "unknown"]
+    assert gate["status"] == "unknown"
+    assert gate["reason"] == "max_stall_p99_ms: the steps table is absent, so streaming gaps have no times"
+    # ... but a failing check still makes the gate fail
+    gate = gates_of(**tables)[("spec", "latency")]
+    assert [c["status"] for c in gate["checks"]] == ["fail", "pass", "unknown"]
+    assert gate["status"] == "fail"
+
+
+def test_latency_unknown_without_first_token_times(gates_of):
+    reqs = [{k: v for k, v in request("spec", f"r{i}").items() if k != "first_token_time"} for i in range(3)]
+    g = gates_of(deployments=[deployment("spec")], requests=reqs, rounds=[round_row("spec", "r0", 0, 2, 1)])
+    gate = g[("spec", "latency")]
+    assert gate["status"] == "unknown"
+    assert check(gate, "ttft_p99_ms")["reason"] == "first_token_time is absent from every requests file"
+    assert check(gate, "tpot_p95_ms")["status"] == "unknown"
+    g = gates_of(deployments=[deployment("spec")], rounds=[round_row("spec", "r0", 0, 2, 1)])
+    gate = g[("spec", "latency")]
+    assert [c["status"] for c in gate["checks"]] == ["unknown"] * 3
+    assert all(c["reason"] == "the requests table is absent" for c in gate["checks"])
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+def capacity_tables(preemptions=(1, 0, 0, 0), base_preemptions=0) -> dict:
+    return dict(
+        deployments=[BASE, deployment("spec", gamma=4)],
+        requests=[request("base", "b", num_preemptions=base_preemptions),
+                  *[request("spec", f"r{i}", num_preemptions=p) for i, p in enumerate(preemptions)]],
+        steps=[step("base", 1, 10.0), step("base", 2, 10.0),
+               step("spec", 1, 20.0), step("spec", 2, 30.0)],
+        rounds=[round_row("base", "b", 0, 0, 0, step_id=1),      # committed 1 in 10 ms
+                round_row("base", "b", 1, 0, 0, step_id=2),      # committed 1 in 10 ms
+                round_row("spec", "r0", 0, 4, 3, step_id=1),     # committed 4 in 20 ms
+                round_row("spec", "r0", 1, 4, 1, step_id=2)],    # committed 2 in 30 ms
+    )
+
+
+def test_capacity_speedup_and_preemptions(gates_of):
+    # t0(1) = 20 ms / 2 tokens = 10 ms; speedup = 10 · (4 + 2) / (20 + 30) = 1.2
+    # preemptions per request = (1 + 0 + 0 + 0) / 4 = 0.25
+    g = gates_of(**capacity_tables())
+    cap = g[("spec", "capacity")]
+    assert [c["name"] for c in cap["checks"]] == ["speedup", "preemptions_per_request"]
+    assert check(cap, "speedup")["value"] == pytest.approx(1.2, rel=1e-12)
+    assert check(cap, "speedup")["status"] == "pass"                        # 1.2 ≥ 1.0
+    assert check(cap, "preemptions_per_request")["value"] == pytest.approx(0.25)
+    assert check(cap, "preemptions_per_request")["status"] == "fail"        # 0.25 > 0.05
+    assert cap["status"] == "fail"
+
+    relaxed = config("[gates.capacity]\nmax_preemptions_per_request = 0.25")
+    assert gates_of(relaxed, **capacity_tables())[("spec", "capacity")]["status"] == "pass"
+    strict = config("[gates.capacity]\nmax_preemptions_per_request = 0.25\nmin_speedup = 1.5")
+    cap = gates_of(strict, **capacity_tables())[("spec", "capacity")]
+    assert [c["status"] for c in cap["checks"]] == ["fail", "pass"]
+    assert cap["status"] == "fail"
+
+
+def test_capacity_unknown_without_speedup_or_preemptions(gates_of):
+    # no baseline: speedup unknown, with the speedup view's note as the reason
+    tables = capacity_tables(preemptions=(0, 0, 0, 0))
+    tables["deployments"] = [BASE, deployment("spec", gamma=4, baseline_id="nosuch")]
+    cap = gates_of(**tables)[("spec", "capacity")]
+    assert [c["status"] for c in cap["checks"]] == ["unknown", "pass"]
+    assert cap["status"] == "unknown"
+    assert "nosuch" in check(cap, "speedup")["reason"]
+    # num_preemptions absent from every file: unknown, not 0 (so not a pass), speedup passes
+    tables = capacity_tables()
+    tables["requests"] = [{k: v for k, v in r.items() if k != "num_preemptions"} for r in tables["requests"]]
+    g = gates_of(**tables)
+    cap = g[("spec", "capacity")]
+    assert [c["status"] for c in cap["checks"]] == ["pass", "unknown"]
+    assert cap["status"] == "unknown"
+    assert cap["reason"] == "preemptions_per_request: num_preemptions is absent from every requests file"
+    assert g[("base", "capacity")]["status"] == "unknown"
+
+
+def test_baseline_gets_only_latency_and_capacity_without_min_speedup(gates_of):
+    g = gates_of(**capacity_tables(base_preemptions=0))
+    assert [gate for dep, gate in g if dep == "base"] == ["latency", "capacity"]
+    cap = g[("base", "capacity")]
+    assert [c["name"] for c in cap["checks"]] == ["preemptions_per_request"]
+    assert cap["status"] == "pass"                                           # 0 / 1 ≤ 0.05
+    # a huge min_speedup changes nothing for the baseline
+    g = gates_of(config("[gates.capacity]\nmin_speedup = 100"), **capacity_tables())
+    assert g[("base", "capacity")]["status"] == "pass"
+    assert g[("spec", "capacity")]["status"] == "fail"
+
+
+# --------------------------------------------------------------------------- shape, order, rendering
+
+
+def test_order_and_shape(tmp_path):
+    root = write_traces(tmp_path / "t", **capacity_tables())
+    write_traces(root, deployments=[deployment("zeta"), BASE, deployment("alpha", method="ngram"),
+                                    deployment("spec", gamma=4)])
+    ws = api.open_traces(root)
+    try:
+        result = evaluate_gates(ws.con)       # the default config
+    finally:
+        ws.close()
+    assert [(g["deployment_id"], g["gate"]) for g in result] == [
+        ("alpha", "correctness"), ("alpha", "quality"), ("alpha", "latency"), ("alpha", "capacity"),
+        ("base", "latency"), ("base", "capacity"),
+        ("spec", "correctness"), ("spec", "quality"), ("spec", "latency"), ("spec", "capacity"),
+        ("zeta", "correctness"), ("zeta", "quality"), ("zeta", "latency"), ("zeta", "capacity"),
+    ]
+    for g in result:
+        assert set(g) == {"deployment_id", "gate", "status", "reason", "checks"}
+        assert g["status"] in ("pass", "fail", "unknown")
+        for c in g["checks"]:
+            assert set(c) == {"name", "value", "threshold", "status", "reason"}
+            assert (c["status"] == "unknown") == (c["value"] is None) == (c["reason"] is not None)
+    assert any_failed(result)
+    assert not any_failed([g for g in result if g["status"] != "fail"])
+    assert not any_failed([])
+
+
+def test_unknown_is_never_pass_at_gate_level():
+    from analyzer.gates import _gate
+    c = {"name": "x", "value": 1.0, "threshold": 1.0, "status": "pass", "reason": None}
+    u = {"name": "y", "value": None, "threshold": 1.0, "status": "unknown", "reason": "missing"}
+    f = {"name": "z", "value": 2.0, "threshold": 1.0, "status": "fail", "reason": None}
+    assert _gate("d", "g", [c])["status"] == "pass"
+    assert _gate("d", "g", [c, u])["status"] == "unknown"
+    assert _gate("d", "g", [c, u, f])["status"] == "fail"
+    assert _gate("d", "g", [])["status"] == "unknown"
+
+
+def test_evaluate_on_a_loaded_database(tmp_path):
+    root = write_traces(tmp_path / "t", **capacity_tables())
+    db = tmp_path / "t.duckdb"
+    api.write_database(root, db)
+    ws = api.open_database(db)
+    try:
+        from_db = evaluate_gates(ws.con)
+    finally:
+        ws.close()
+    ws = api.open_traces(root)
+    try:
+        assert evaluate_gates(ws.con) == from_db
+    finally:
+        ws.close()
+
+
+def test_render_gates_markdown(gates_of):
+    tables = capacity_tables()
+    tables["requests"] = [{**r, "matches_reference": True} for r in tables["requests"]]
+    result = list(gates_of(**tables).values())
+    text = render_gates_markdown(result)
+    assert text.startswith("## Deployment gates\n")
+    assert "| deployment | correctness | quality | latency | capacity |" in text
+    # the baseline: correctness and quality not applied
+    assert "| base | – | – | " in text
+    # spec: correctness PASS, quality UNKNOWN (no quality_score), capacity FAIL
+    assert "| spec | PASS | UNKNOWN | " in text and text.rstrip().count("FAIL") >= 2
+    assert "| spec | capacity | preemptions_per_request | 0.250 | ≤ 0.050 | FAIL |" in text
+    assert "| spec | capacity | speedup | 1.200 | ≥ 1.000 | PASS |" in text
+    assert ("| spec | quality | quality_drop | – | ≤ 0.0100 | UNKNOWN | "
+            "quality_score is absent from every requests file |") in text
+    # passing gates have no detail rows
+    assert "| spec | correctness |" not in text
+    assert render_gates_markdown([]) == ""
