@@ -119,12 +119,25 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
         progress("computing metrics")
     doc = collect(ws.con, ws.summary)
     if progress:
+        progress("speculation length: cost model and recommendations")
+    doc["tuning"] = tuning_document(ws.con, [d["deployment_id"] for d in doc["deployments"] if d["method"] != "none"])
+    if progress:
         progress("quantization matrix")
     doc["quantization"] = quant_matrix(ws.con)
     if progress:
         progress("evaluating gates")
     doc["gates"] = evaluate_gates(ws.con, config)
     return doc
+
+
+def tuning_document(con, deployment_ids: list[str]) -> dict:
+    """Diminishing returns and the recommended speculation length of each speculative deployment."""
+    from .tuning import marginal_returns, recommend
+
+    recommendations = [recommend(con, dep) for dep in deployment_ids]
+    return {"recommendations": [{k: v for k, v in r.items() if k != "cost_fits"} for r in recommendations],
+            "cost_model": [fit for r in recommendations for fit in r.get("cost_fits", [])],
+            "marginal_returns": marginal_returns(con)}
 
 
 def gates_failed(doc: dict) -> bool:
@@ -143,4 +156,8 @@ def render_report(doc: dict, fmt: str) -> str:
                           ensure_ascii=False, indent=2) + "\n"
     if fmt == "md":
         return markdown.render(doc)
+    if fmt == "html":
+        from .report import html
+
+        return html.render(doc)
     raise ValueError(f"unknown report format {fmt!r}")

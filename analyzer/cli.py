@@ -110,7 +110,7 @@ def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | Non
 
 @main.command()
 @_TRACES
-@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default="md", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML file of gate thresholds (defaults: see the README).")
@@ -144,6 +144,42 @@ def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None
     _emit(api.render_report(doc, fmt), output)
     if check and api.gates_failed(doc):
         sys.exit(1)
+
+
+@main.command()
+@_TRACES
+@click.option("--date", "date", required=True, help="The day to analyse, YYYY-MM-DD: only its date= partitions.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Output directory: OUT/DATE/report.{md,json,html} and OUT/history.parquet.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="TOML gates and regression thresholds.")
+@_memory_option
+@_progress_option
+def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory_limit: str,
+            progress: bool | None) -> None:
+    """The scheduled report for one date, with history and regression flags.
+
+    Exit status 1 when a regression is flagged or a gate fails, so a pipeline
+    can gate a deployment on it.
+
+    \b
+    Example (cron, every night at 02:00 for yesterday):
+        0 2 * * * specan nightly /data/traces --date $(date -d yesterday +\\%F) --out /srv/specan
+    """
+    from .nightly import run_nightly
+
+    try:
+        config = load_config(config_path)
+        result = run_nightly(traces, date, out, config=config, memory_limit=memory_limit,
+                             progress=_progress(progress))
+    except (StructuralError, ViewError, ValueError, ConfigError) as exc:
+        raise _fail(exc) from None
+    click.echo(f"wrote {result.out_dir}/report.md, report.json, report.html and {out / 'history.parquet'}")
+    for r in result.regressions:
+        click.echo(f"regression: {r['deployment_id']} {r['metric']} {r['value']:.4g} vs median "
+                   f"{r['baseline']:.4g} ({r['change']:+.1%})")
+    if result.gates_failed:
+        click.echo("a deployment gate failed: see the report's gates section")
+    sys.exit(result.exit_status)
 
 
 def _emit(text_out: str, output: Path | None) -> None:

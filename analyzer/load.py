@@ -130,6 +130,8 @@ def discover(traces: Path, date: str | None = None, tables: tuple[str, ...] = TA
             entry.file_partitions[path] = _partitions_of(path, root)
         if date is not None and any("date" in p for p in entry.file_partitions.values()):
             paths = [p for p in paths if entry.file_partitions[p].get("date") == date]
+            if not paths:
+                raise StructuralError(traces / table, table, None, f"no partition date={date}")
         for path in paths:
             try:
                 entry.file_schemas[path] = pq.read_schema(path)

@@ -45,8 +45,8 @@ def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
 
 def render(doc: dict[str, Any]) -> str:
     sections: list[Callable[[dict], str]] = [
-        _header, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
-        _latency, _categories, _context, _trees, _capacity, _temperature, _quantization, _gates, _notes,
+        _header, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
+        _latency, _categories, _context, _trees, _capacity, _temperature, _tuning, _quantization, _gates, _notes,
     ]
     return "\n".join(part for part in (s(doc) for s in sections) if part)
 
@@ -58,6 +58,17 @@ def _header(doc: dict) -> str:
     return ("# specan report\n\n"
             f"Input rows: {inp['deployments']:,} deployments, {inp['requests']:,} requests, "
             f"{inp['steps']:,} steps, {inp['rounds']:,} rounds; {rejected}.\n")
+
+
+def _regressions(doc: dict) -> str:
+    if "regressions" not in doc:
+        return ""
+    if not doc["regressions"]:
+        return f"## Regressions\n\nNone: no headline metric moved past its threshold ({doc.get('date', '')}).\n"
+    body = [(r["deployment_id"], r["metric"], num(r["value"]), num(r["baseline"]), f"{r['change']:+.1%}")
+            for r in doc["regressions"]]
+    return ("## Regressions\n\nAgainst the median of the previous days in history.\n\n"
+            + table(["deployment", "metric", "today", "median before", "change"], body))
 
 
 def _spec(doc: dict) -> list[dict]:
@@ -288,6 +299,46 @@ def _temperature(doc: dict) -> str:
     return ("## 12. Temperature\n\n"
             + table(["deployment", "temperature", "requests", "accept length", "acceptance", "tokens/round"],
                     body))
+
+
+def _tuning(doc: dict) -> str:
+    tuning = doc.get("tuning")
+    if not tuning or not tuning["recommendations"]:
+        return ""
+    returns = {(m["deployment_id"], m["batch_bucket"]): m for m in tuning["marginal_returns"]}
+    parts = ["## 13. Speculation length\n\n"
+             "Each extra draft position adds ΔE[L] = Pr(K ≥ i) tokens per round, less and less (a^i in the "
+             "fixed-a model), while every position costs draft and verify time. A position pays while "
+             "E[L](i)/T(i) > E[L](i−1)/T(i−1). The recommendation maximises t0 · E[L](γ) / T_round(γ) per batch "
+             "bucket; `specan recommend TRACES --deployment ID --format md` shows every γ.\n"]
+    for rec in tuning["recommendations"]:
+        dep = rec["deployment_id"]
+        config = rec["num_speculative_tokens_per_batch_size"]
+        parts.append(f"\n### {dep}\n\n")
+        if config:
+            parts.append(f"vLLM config: `\"num_speculative_tokens_per_batch_size\": {config}`\n\n")
+        body = []
+        for b in rec["buckets"]:
+            k = b["recommended"]
+            predicted = b["predicted_speedup"].get(str(k)) if k is not None else None
+            paying = returns.get((dep, b["batch_bucket"]), {}).get("largest_paying_gamma")
+            body.append((b["batch_bucket"], ", ".join(map(str, b["observed_gamma"])) or DASH,
+                         times(b.get("measured_speedup")), num(b["fit_r2"]), num(paying), num(k),
+                         times(predicted)))
+        parts.append(table(["batch", "observed γ", "measured speedup", "fit R²", "largest paying γ",
+                            "recommended k", "predicted speedup at k"], body))
+        first = next((m for m in tuning["marginal_returns"] if m["deployment_id"] == dep and
+                      any(p["delta_round_ms"] is not None for p in m["positions"])), None)
+        if first:
+            rows = [(num(p["position"]), num(p["marginal_gain"]), num(p["expected_length"]),
+                     num(p["delta_round_ms"]), p["source"] or DASH, num(p["pays"]))
+                    for p in first["positions"]]
+            parts.append(f"\nDiminishing returns at batch {first['batch_bucket']}: what position i adds "
+                         "against what it costs.\n\n"
+                         + table(["position i", "ΔE[L]", "E[L](i)", "ΔT ms", "cost from", "pays"], rows))
+        if rec["notes"]:
+            parts.append("\n" + "\n".join(f"- {n}" for n in rec["notes"]) + "\n")
+    return "".join(parts)
 
 
 def _quantization(doc: dict) -> str:

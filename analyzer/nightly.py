@@ -1,0 +1,70 @@
+"""The scheduled report: one date's partitions, dated outputs, history and regression flags.
+
+``run_nightly`` reads only the ``date=D`` partitions, writes
+``OUT/D/report.{md,json,html}``, compares D's headline metrics with the median
+of up to ``window_days`` earlier dates in ``OUT/history.parquet``, and then
+upserts D's rows into that history (written aside and renamed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import api, history
+from .config import Config, load_config
+from .load import Progress
+
+
+@dataclass
+class NightlyResult:
+    date: dt.date
+    out_dir: Path
+    regressions: list[dict]
+    gates_failed: bool
+
+    @property
+    def exit_status(self) -> int:
+        return 1 if self.regressions or self.gates_failed else 0
+
+
+def parse_date(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--date {text!r} is not a date: expected YYYY-MM-DD") from None
+
+
+def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Config | None = None,
+                memory_limit: str = api.DEFAULT_MEMORY_LIMIT, progress: Progress | None = None) -> NightlyResult:
+    day = parse_date(date)
+    config = config or load_config(None)
+    out = Path(out)
+    ws = api.open_traces(traces, date=day.isoformat(), memory_limit=memory_limit, progress=progress)
+    try:
+        doc = api.report_document(ws, config=config, progress=progress)
+    finally:
+        ws.close()
+
+    history_path = out / "history.parquet"
+    today = history.history_rows(doc, day)
+    previous = history.read_history(history_path)
+    combined = history.merge(previous, today)
+    thresholds = {k: getattr(config.regression, k)
+                  for k in ("max_accept_length_drop", "max_speedup_drop", "max_tpot_p99_rise")}
+    doc["date"] = day.isoformat()
+    doc["regressions"] = history.regressions(combined, day, config.regression.window_days, thresholds)
+
+    if progress:
+        progress(f"writing {out / day.isoformat()}")
+    day_dir = out / day.isoformat()
+    day_dir.mkdir(parents=True, exist_ok=True)
+    for fmt in ("md", "json"):
+        (day_dir / f"report.{fmt}").write_text(api.render_report(doc, fmt), encoding="utf-8")
+    from .report import html
+
+    (day_dir / "report.html").write_text(
+        html.render(doc, history=combined, title=f"specan nightly {day.isoformat()}"), encoding="utf-8")
+    history.write_atomic(history_path, combined)
+    return NightlyResult(day, day_dir, doc["regressions"], api.gates_failed(doc))
