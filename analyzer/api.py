@@ -29,9 +29,13 @@ class Workspace:
 
     con: duckdb.DuckDBPyConnection
     summary: LoadSummary
+    scratch: Path | None = None  # a temporary database file, removed on close
 
     def close(self) -> None:
         self.con.close()
+        if self.scratch is not None:
+            for leftover in (self.scratch, Path(str(self.scratch) + ".wal")):
+                leftover.unlink(missing_ok=True)
 
 
 def connect(database: str | Path = ":memory:", *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
@@ -49,14 +53,28 @@ def connect(database: str | Path = ":memory:", *, memory_limit: str = DEFAULT_ME
 
 
 def _spill_dir() -> str:
-    return str(Path(tempfile.gettempdir()) / "specan_spill")
+    return str(_spill_dir_path())
+
+
+def _spill_dir_path() -> Path:
+    path = Path(tempfile.gettempdir()) / "specan_spill"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: str = DEFAULT_MEMORY_LIMIT,
                 progress: Progress | None = None, views: bool = True,
                 repeat_n: int = DEFAULT_REPEAT_N) -> Workspace:
-    """Load a trace directory into an in-memory database, with every view unless ``views`` is false."""
-    con = connect(memory_limit=memory_limit)
+    """Load a trace directory into a scratch database, with every view unless ``views`` is false.
+
+    The scratch database is a temporary file, not memory: DuckDB compresses its
+    tables and pages them against ``memory_limit``, so traces larger than memory load.
+    """
+    fd, name = tempfile.mkstemp(prefix="specan-", suffix=".duckdb", dir=_spill_dir_path())
+    os.close(fd)
+    scratch = Path(name)
+    scratch.unlink()  # DuckDB creates the file itself
+    con = connect(scratch, memory_limit=memory_limit)
     try:
         summary = load_traces(con, traces, date=date, progress=progress)
         if views:
@@ -64,9 +82,9 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                 progress("creating views")
             create_views(con, repeat_n=repeat_n)
     except BaseException:
-        con.close()
+        Workspace(con, None, scratch).close()
         raise
-    return Workspace(con, summary)
+    return Workspace(con, summary, scratch)
 
 
 def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> Workspace:

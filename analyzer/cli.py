@@ -255,16 +255,32 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, memory_limit: str, pro
 @click.option("--requests", "requests", default=None, type=click.IntRange(min=1),
               help="Requests per deployment per day.")
 @click.option("--days", default=None, type=click.IntRange(min=1), help="Number of date= partitions.")
+@click.option("--rounds", default=None, type=click.IntRange(min=200),
+              help="Fast vectorised path for benchmarks: about N rounds, no token ids (needs --no-tokens).")
+@click.option("--no-tokens", is_flag=True, help="Write no token ids (the fast path).")
 @_progress_option
-def simulate(outdir: Path, seed: int, requests: int | None, days: int | None, progress: bool | None) -> None:
+def simulate(outdir: Path, seed: int, requests: int | None, days: int | None, rounds: int | None,
+             no_tokens: bool, progress: bool | None) -> None:
     """Write synthetic traces to OUTDIR from a documented generative model.
 
-    `sample_traces/` is this command's default output.
+    `sample_traces/` is this command's default output. --rounds N --no-tokens
+    writes large traces fast, with closed-form totals (analyzer/simulate_fast.py).
 
     \b
-    Example:
+    Examples:
         specan simulate /tmp/traces --seed 1 --days 2
+        specan simulate /tmp/big --rounds 10000000 --no-tokens
     """
+    if rounds is not None or no_tokens:
+        if rounds is None or not no_tokens:
+            raise click.UsageError("the fast path needs both --rounds N and --no-tokens")
+        from .simulate_fast import simulate_fast
+
+        counts = simulate_fast(outdir, rounds, progress=_progress(progress))
+        for table, n in counts.items():
+            click.echo(f"{table:<12} {n:>9} rows")
+        click.echo(f"wrote {outdir}")
+        return
     from .simulate import simulate as run_simulation
 
     options = {k: v for k, v in {"requests": requests, "days": days}.items() if v is not None}

@@ -236,23 +236,25 @@ def load_traces(
         _execute(con, rules.raw_table_sql(schemas[table], _plan(entry, schemas[table], found)), entry)
 
     rejected: dict[str, dict[str, int]] = {}
+    rows_read: dict[str, int] = {}
     con.execute("create or replace table rejected_rows (table_name varchar, row_key varchar, reason varchar)")
     for table in TABLE_ORDER:
         say(f"applying row rules to {table}")
         schema = schemas[table]
         plan = _plan(found[table], schema, found)
+        rows_read[table] = con.execute(f"select count(*) from _raw_{table}").fetchone()[0]
         con.execute(rules.rejected_sql(schema, plan))
-        con.execute(rules.clean_table_sql(schema, plan))
         con.execute(f"insert into rejected_rows select table_name, row_key, reason from _rejected_{table}")
         rejected[table] = dict(con.execute(
             f"select reason, count(*) from _rejected_{table} group by reason order by reason").fetchall())
+    # Every table's rules are applied before any is cleaned: unknown_* reads parents as read.
+    for table in TABLE_ORDER:
+        for statement in rules.clean_table_sql(schemas[table], _plan(found[table], schemas[table], found)):
+            con.execute(statement)
+        con.execute(f"drop table _rejected_{table}")
 
-    rows_read = {t: con.execute(f"select count(*) from _raw_{t}").fetchone()[0] for t in TABLE_ORDER}
     rows_clean = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLE_ORDER}
     _write_metadata(con, found, schemas, rows_read, rows_clean)
-    for table in TABLE_ORDER:
-        con.execute(f"drop table _raw_{table}")
-        con.execute(f"drop table _rejected_{table}")
     return LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected)
 
 

@@ -148,7 +148,6 @@ def raw_table_sql(schema: TableSchema, plan: TablePlan) -> str:
     select += [f"{q(c)} as {q('input_' + c)}" if c in DERIVED_COLUMNS else q(c) for c in plan.extra_columns]
     select += [q(p) for p in _partition_columns(schema, plan)]
     select += [f"{expr} as {name}" for name, expr in _link_columns(schema, plan, exprs).items()]
-    select.append("row_number() over () as _specan_row")
     columns = ",\n  ".join(select)
     if not plan.files:
         return f"create or replace table _raw_{schema.table} as select\n  {columns}\nwhere false"
@@ -181,12 +180,18 @@ def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
         return _rejected_merged_sql(schema, plan)
     keys = _key_columns(schema, plan)
     null_required = _null_required(schema)
-    ctes = [f"r as (select * from _raw_{schema.table})"]
+    ctes = [f"r as (select *, rowid as _specan_row from _raw_{schema.table})"]
     if any("_implicit_stop_round" in rule.when for rule in schema.rules):
         ctes[0] = _implicit_stop_cte(schema, plan)
+    # Duplicates: group by one 64-bit hash of the key first (cheap even over string keys),
+    # then compare the real keys only among rows whose hash repeats.
+    key_hash = "hash(" + ", ".join(f"r.{q(k)}" for k in keys) + ")"
+    ctes.append(f"dup_hash as (select {key_hash} as _h from r where not ({null_required}) "
+                f"group by 1 having count(*) > 1)")
     ctes.append(
-        "dup as (select " + ", ".join(f"{q(k)} as _k{i}" for i, k in enumerate(keys))
-        + f", true as _dup from r where not ({null_required}) group by all having count(*) > 1)")
+        "dup as (select " + ", ".join(f"r.{q(k)} as _k{i}" for i, k in enumerate(keys))
+        + f", true as _dup from r semi join dup_hash on {key_hash} = dup_hash._h "
+        + f"where not ({null_required}) group by all having count(*) > 1)")
     joins = ["left join dup on " + " and ".join(f"r.{q(k)} = dup._k{i}" for i, k in enumerate(keys))]
     cases = [f"when {null_required} then 'null_required'", "when dup._dup then 'duplicate_key'"]
     if schema.negative_count and schema.count_columns:
@@ -215,8 +220,8 @@ def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
 def _implicit_stop_cte(schema: TableSchema, plan: TablePlan) -> str:
     """Without any stop_reason column, a request's last round is its stopping round."""
     if plan.stop_reason_anywhere:
-        return f"r as (select *, false as _implicit_stop_round from _raw_{schema.table})"
-    return (f"r as (select *, round_idx = max(round_idx) over (partition by request_uid) "
+        return f"r as (select *, rowid as _specan_row, false as _implicit_stop_round from _raw_{schema.table})"
+    return (f"r as (select *, rowid as _specan_row, round_idx = max(round_idx) over (partition by request_uid) "
             f"as _implicit_stop_round from _raw_{schema.table})")
 
 
@@ -226,7 +231,7 @@ def _rejected_merged_sql(schema: TableSchema, plan: TablePlan) -> str:
     listed = ", ".join(q(c) for c in schema.column_names)
     (key,) = schema.key
     return f"""create or replace table _rejected_{schema.table} as
-with r as (select * from _raw_{schema.table}),
+with r as (select *, rowid as _specan_row from _raw_{schema.table}),
 variants as (
   select {q(key)} as _k, count(distinct ({listed})) as _n
   from r where not ({null_required}) group by all
@@ -242,13 +247,21 @@ select * from (
 ) where reason is not null"""
 
 
-def clean_table_sql(schema: TableSchema, plan: TablePlan) -> str:
-    """The clean table: every row that no rule rejected."""
+def clean_table_sql(schema: TableSchema, plan: TablePlan) -> list[str]:
+    """Statements that turn ``_raw_<table>`` into the clean table: every row no rule rejected.
+
+    Rejected rows are deleted in place and the table renamed, so the data is
+    materialised once, not copied.
+    """
+    t = schema.table
     if schema.merge_identical_rows:
         (key,) = schema.key
         drop = ", ".join(["_specan_row"] + [q(p) for p in _partition_columns(schema, plan)])
-        return (f"create or replace table {schema.table} as select * exclude ({drop}) "
-                f"from _raw_{schema.table} r anti join _rejected_{schema.table} j on r._specan_row = j._specan_row "
-                f"qualify row_number() over (partition by r.{q(key)} order by r._specan_row) = 1")
-    return (f"create or replace table {schema.table} as select * exclude (_specan_row) "
-            f"from _raw_{schema.table} r anti join _rejected_{schema.table} j on r._specan_row = j._specan_row")
+        return [f"create or replace table {t} as select * exclude ({drop}) "
+                f"from (select *, rowid as _specan_row from _raw_{t}) r "
+                f"anti join _rejected_{t} j on r._specan_row = j._specan_row "
+                f"qualify row_number() over (partition by r.{q(key)} order by r._specan_row) = 1",
+                f"drop table _raw_{t}"]
+    return [f"delete from _raw_{t} where rowid in (select _specan_row from _rejected_{t})",
+            f"drop table if exists {t}",
+            f"alter table _raw_{t} rename to {t}"]

@@ -1,5 +1,6 @@
 -- Acceptance sums for every grouping the reports use, from one pass over the rounds.
 -- Grain: one row per (grouping, deployment_id, group_value); grouping is one of
+-- materialized: table
 -- deployment, category, temperature_bucket, structured_output.
 --
 -- Every ratio is a ratio of sums (metrics.md): C = Σ accepted over speculative

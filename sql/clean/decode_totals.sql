@@ -2,6 +2,7 @@
 -- step, by batch bucket, and within it by context bucket or by category.
 -- Grain: one row per (grouping, deployment_id, batch_bucket[, context_bucket | category]);
 -- grouping is batch, context or category.
+-- materialized: table
 select
     case
         when grouping(context_bucket, category) = 3 then 'batch'

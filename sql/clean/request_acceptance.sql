@@ -1,5 +1,6 @@
 -- Acceptance of each request, for the per-request (macro) averages and correlations.
 -- Grain: one row per request (deployment_id, request_uid) that has at least one clean round.
+-- materialized: table
 select
     deployment_id,
     request_uid,

@@ -2,29 +2,8 @@
 -- clean requests, itl over every streaming gap of every request. Percentiles are
 -- linear-interpolated (quantile_cont, numpy's default).
 -- Grain: one row per deployment_id, metric (ttft, tpot, itl, e2el, max_stall).
-with samples as (
-    select deployment_id, 'ttft' as metric, ttft_ms as value from request_latency
-    union all
-    select deployment_id, 'tpot', tpot_ms from request_latency
-    union all
-    select deployment_id, 'e2el', e2el_ms from request_latency
-    union all
-    select deployment_id, 'max_stall', max_stall_ms from request_latency
-    union all
-    select deployment_id, 'itl', gap_ms from itl_gaps
-),
-
-summary as (
-    select
-        deployment_id,
-        metric,
-        count(value) as n,
-        avg(value) as mean,
-        quantile_cont(value, [0.5, 0.9, 0.95, 0.99]) as q,
-        max(value) as max
-    from samples
-    where value is not null
-    group by deployment_id, metric
+with summary as (
+    select * from latency_summary
 ),
 
 grid as (

@@ -1,0 +1,40 @@
+-- Latency summaries per deployment and metric, computed once: ttft, tpot, e2el over
+-- clean requests; itl over every streaming gap; max_stall over each request's largest gap.
+-- Grain: one row per deployment_id, metric that has at least one value.
+-- materialized: table
+--
+-- The streaming gaps need one ordered pass over the rounds (itl_gaps); the CTE is
+-- materialized so the pooled itl and the per-request max_stall share that pass.
+with gaps as materialized (
+    select deployment_id, request_uid, gap_ms
+    from itl_gaps
+),
+
+stalls as (
+    select deployment_id, request_uid, max(gap_ms) as max_stall_ms
+    from gaps
+    group by deployment_id, request_uid
+),
+
+samples as (
+    select deployment_id, 'ttft' as metric, ttft_ms as value from request_latency
+    union all
+    select deployment_id, 'tpot', tpot_ms from request_latency
+    union all
+    select deployment_id, 'e2el', e2el_ms from request_latency
+    union all
+    select deployment_id, 'max_stall', max_stall_ms from stalls
+    union all
+    select deployment_id, 'itl', gap_ms from gaps
+)
+
+select
+    deployment_id,
+    metric,
+    count(value) as n,
+    avg(value) as mean,
+    quantile_cont(value, [0.5, 0.9, 0.95, 0.99]) as q,
+    max(value) as max
+from samples
+where value is not null
+group by deployment_id, metric
