@@ -80,7 +80,7 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
         if views:
             if progress:
                 progress("creating views")
-            create_views(con, repeat_n=repeat_n)
+            create_views(con, repeat_n=repeat_n, progress=progress)
     except BaseException:
         Workspace(con, None, scratch).close()
         raise

@@ -91,14 +91,19 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
 
 
 def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
-                 repeat_n: int = DEFAULT_REPEAT_N) -> list[str]:
-    """Create the macros and every view; returns the view names in creation order."""
+                 repeat_n: int = DEFAULT_REPEAT_N, progress=None) -> list[str]:
+    """Create the macros and every view; returns the view names in creation order.
+
+    ``progress`` is told about each materialised table: those are the long steps.
+    """
     create_macros(con, repeat_n)
     views = discover_views(sql_dir)
     order = dependency_order(views)
     for name in order:
         view = views[name]
         kind = "table" if view.materialized else "view"
+        if view.materialized and progress:
+            progress(f"computing {name}")
         try:
             con.execute(f'create or replace {kind} "{name}" as\n{view.sql}')
         except duckdb.Error as exc:
