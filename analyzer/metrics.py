@@ -46,10 +46,12 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
     deployments = rows(con, """
         select d.deployment_id, d.model, d.method, d.num_speculative_tokens, d.target_quant, d.draft_quant,
                a.* exclude (deployment_id, method, num_speculative_tokens),
-               s.* exclude (deployment_id)
+               s.* exclude (deployment_id),
+               t.tpot_speedup
         from deployments as d
         join accept_length as a using (deployment_id)
         join speedup as s using (deployment_id)
+        left join tpot_speedup as t using (deployment_id)
         order by d.method <> 'none', d.deployment_id""")
     positions = defaultdict(list)
     for row in rows(con, "select * from position_acceptance order by deployment_id, position"):
@@ -84,6 +86,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
                          "verify": d["round_ms_verify"], "other": d["round_ms_other"]},
             "speedup": d["speedup"],
             "speedup_coverage": d["speedup_coverage"],
+            "tpot_speedup": d["tpot_speedup"],
             "prefill_round_share": d["prefill_round_share"],
             "latency_ms": dict(latency.get(dep, {})),
         }
@@ -118,6 +121,11 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
                                order by deployment_id, case temperature_bucket when '0' then 0 when '(0,0.5]' then 1
                                    when '(0.5,1]' then 2 when '>1' then 3 else 4 end""")
     notes += _repetition_notes(repetition)
+    intervals = rows(con, "select * from interval_acceptance order by deployment_id, hour")
+    if any(d["tpot_speedup"] is not None for d in out_deployments):
+        notes.append("tpot_speedup compares time per output token from request timings; it is not matched on "
+                      "batch size, so the load of a deployment and its baseline may differ")
+    notes += [f"import: {n}" for n in _import_notes(con)]
     notes = _input_notes(summary) + _table_notes(con, summary) + notes
     return {
         "schema_version": SCHEMA_VERSION,
@@ -131,8 +139,17 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
         "context_curve": context_curve,
         "round_ledger": ledger,
         "temperature": temperature,
+        "intervals": intervals,
         "notes": notes,
     }
+
+
+def _import_notes(con) -> list[str]:
+    """Notes the importers left beside the traces (TRACES/import_notes/), if any."""
+    try:
+        return [n for (n,) in con.execute("select note from import_notes order by all").fetchall()]
+    except duckdb.Error:
+        return []
 
 
 def _repetition_notes(repetition: list[dict]) -> list[str]:
@@ -174,8 +191,12 @@ def _input_notes(summary: LoadSummary) -> list[str]:
                      "see the rejected_rows table")
     for table in TABLE_ORDER:
         if not summary.present.get(table):
+            if table == "intervals":
+                continue  # optional aggregate counters: their absence loses nothing
             what = {"requests": "latency, capacity and categories are unavailable",
-                    "steps": "round times, speedup and the load curve are unavailable"}.get(table, "")
+                    "steps": "round times, speedup and the load curve are unavailable",
+                    "rounds": "only the interval views are available (interval_acceptance); per-round acceptance, "
+                              "positions, truncation, speedup and the load curve are unavailable"}.get(table, "")
             notes.append(f"the {table} table is absent: {what}".rstrip(": "))
         elif summary.rows_clean.get(table, 0) == 0:
             notes.append(f"the {table} table has no clean rows: the metrics it feeds are null")

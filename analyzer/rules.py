@@ -33,6 +33,7 @@ DECLARED_TO_DUCKDB = {
     "BOOLEAN": "boolean",
     "TIMESTAMP": "timestamp",
     "INTEGER[]": "integer[]",
+    "BIGINT[]": "bigint[]",
 }
 
 
@@ -80,8 +81,9 @@ def uncastable_value_sql(column: str, declared: str) -> str:
     # A count stored as 3.5 would be silently rounded by a cast.
     if declared in ("INTEGER", "BIGINT"):
         lossy = f" or try_cast({c} as double) <> try_cast({c} as {target})"
-    elif declared == "INTEGER[]":
-        lossy = (f" or len(list_filter({c}, lambda x: try_cast(x as double) <> try_cast(x as integer))) > 0")
+    elif declared in ("INTEGER[]", "BIGINT[]"):
+        element = "integer" if declared == "INTEGER[]" else "bigint"
+        lossy = (f" or len(list_filter({c}, lambda x: try_cast(x as double) <> try_cast(x as {element}))) > 0")
     return (f"select cast({c} as varchar) from read_parquet(?) "
             f"where {c} is not null and (try_cast({c} as {target}) is null{lossy}) limit 1")
 

@@ -12,7 +12,7 @@ from functools import cache
 
 from .resources import resource_dir
 
-TABLE_ORDER = ("deployments", "requests", "steps", "rounds")
+TABLE_ORDER = ("deployments", "requests", "steps", "rounds", "intervals")
 
 INTEGER_TYPES = ("INTEGER", "BIGINT")
 

@@ -71,6 +71,7 @@ deployments           1          1         0
 requests              3          2         1
 steps                 2          1         1
 rounds                4          2         2
+intervals             -          -         -  (absent: optional table)
 
 rejected rows: 4
 """
@@ -92,6 +93,7 @@ deployments           2          1         0  (1 identical copies merged)
 requests              -          -         -  (absent: optional table)
 steps                 -          -         -  (absent: optional table)
 rounds                1          1         0
+intervals             -          -         -  (absent: optional table)
 
 rejected rows: 0
 """
@@ -125,6 +127,7 @@ deployments           1          1         0
 requests              1          1         0
 steps                 -          -         -  (absent: optional table)
 rounds                5          1         4
+intervals             -          -         -  (absent: optional table)
 
 rejected rows: 4
   rounds       unknown_request                     4
@@ -286,8 +289,8 @@ def test_loaded_database_needs_no_specan(traces, tmp_path):
     assert done.stdout == (
         "2\n"
         "[('accepted_exceeds_drafted',), ('negative_duration',), ('time_order',), ('unknown_request',)]\n"
-        "[('deployments', True, 1, 1, 1), ('requests', True, 1, 3, 2), ('rounds', True, 1, 4, 2), "
-        "('steps', True, 1, 2, 1)]\n")
+        "[('deployments', True, 1, 1, 1), ('intervals', False, 0, 0, 0), ('requests', True, 1, 3, 2), "
+        "('rounds', True, 1, 4, 2), ('steps', True, 1, 2, 1)]\n")
 
 
 # --------------------------------------------------------------------------- usage errors

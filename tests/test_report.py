@@ -83,7 +83,7 @@ def test_json_follows_the_contract(sample_json):
     assert "NaN" not in sample_json and "Infinity" not in sample_json
     doc = json.loads(sample_json)
     assert doc["schema_version"] == 1
-    assert doc["input"] == {"deployments": 18, "requests": 3600, "steps": 69437, "rounds": 470316,
+    assert doc["input"] == {"deployments": 18, "requests": 3600, "steps": 69437, "rounds": 470316, "intervals": 0,
                             "rejected_rows": 0, "rejected_by_reason": {}, "rejected_by_table": {}}
     for section, keys in CONTRACT.items():
         assert doc[section], section

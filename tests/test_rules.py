@@ -546,10 +546,11 @@ def test_rejected_counts_per_reason_in_load_summary(load):
         "requests": {"time_order": 1, "unknown_deployment": 1},
         "steps": {"negative_duration": 1},
         "rounds": {"accepted_exceeds_drafted": 2, "unknown_request": 1, "unknown_step": 1},
+        "intervals": {},
     }
     assert ws.summary.rejected_total == 8
-    assert ws.summary.rows_read == {"deployments": 2, "requests": 3, "steps": 2, "rounds": 5}
-    assert ws.summary.rows_clean == {"deployments": 1, "requests": 1, "steps": 1, "rounds": 1}
+    assert ws.summary.rows_read == {"deployments": 2, "requests": 3, "steps": 2, "rounds": 5, "intervals": 0}
+    assert ws.summary.rows_clean == {"deployments": 1, "requests": 1, "steps": 1, "rounds": 1, "intervals": 0}
     # The same counts are in the database, by table and reason.
     assert ws.con.execute("""select table_name, reason, count(*) from rejected_rows
                              group by all order by all""").fetchall() == [

@@ -467,12 +467,12 @@ def test_zero_row_tables(tmp_path, opened):
     empty("requests", request("a", "r1"))
     empty("rounds", round_row("a", "r1", 0, 2, 1))
     ws = opened(tmp_path)
-    assert ws.summary.rows_read == {"deployments": 0, "requests": 0, "steps": 0, "rounds": 0}
-    assert ws.summary.present == {"deployments": True, "requests": True, "steps": False, "rounds": True}
+    assert ws.summary.rows_read == {"deployments": 0, "requests": 0, "steps": 0, "rounds": 0, "intervals": 0}
+    assert ws.summary.present == {"deployments": True, "requests": True, "steps": False, "rounds": True, "intervals": False}
     assert rejected(ws) == []
     assert ws.con.execute("select table_name, present, num_files, rows_read, rows_clean from trace_tables"
                           " order by 1").fetchall() == [
-        ("deployments", True, 1, 0, 0), ("requests", True, 1, 0, 0),
+        ("deployments", True, 1, 0, 0), ("intervals", False, 0, 0, 0), ("requests", True, 1, 0, 0),
         ("rounds", True, 1, 0, 0), ("steps", False, 0, 0, 0)]
 
 

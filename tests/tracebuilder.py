@@ -25,6 +25,7 @@ ARROW = {
     "BOOLEAN": pa.bool_(),
     "TIMESTAMP": pa.timestamp("us", tz="UTC"),
     "INTEGER[]": pa.list_(pa.int32()),
+    "BIGINT[]": pa.list_(pa.int64()),
 }
 
 T0 = dt.datetime(2026, 11, 28, 12, 0, 0, tzinfo=dt.timezone.utc)

@@ -46,7 +46,7 @@ def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
 def render(doc: dict[str, Any]) -> str:
     sections: list[Callable[[dict], str]] = [
         _header, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
-        _latency, _categories, _context, _trees, _capacity, _temperature, _tuning, _quantization, _gates, _notes,
+        _latency, _categories, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals, _gates, _notes,
     ]
     return "\n".join(part for part in (s(doc) for s in sections) if part)
 
@@ -123,7 +123,7 @@ def _summary(doc: dict) -> str:
     body = [
         (d["deployment_id"], d["method"], num(d["num_speculative_tokens"]), d["baseline_id"] or DASH,
          num(d["mean_accept_length"]), num(d["mean_accept_length_per_request"]), pct(d["acceptance_rate"]),
-         num(d["tokens_per_round"]), times(d["speedup"]), pct(d["speedup_coverage"]))
+         num(d["tokens_per_round"]), times(d["speedup"]), pct(d["speedup_coverage"]), times(d.get("tpot_speedup")))
         for d in doc["deployments"]
     ]
     return ("## 1. Summary\n\n"
@@ -131,7 +131,9 @@ def _summary(doc: dict) -> str:
             "Tokens per round counts plain rounds and stop truncation: the real progress per step. "
             "Speedup is throughput-weighted against the matched baseline, at the deployment's own batch sizes.\n\n"
             + table(["deployment", "method", "γ", "baseline", "accept length", "per request", "acceptance",
-                     "tokens/round", "speedup", "coverage"], body))
+                     "tokens/round", "speedup", "coverage", "TPOT speedup"], body)
+            + "\nTPOT speedup compares time per output token from request timings alone (not matched on "
+              "batch size); it is what remains when a trace has no steps.\n")
 
 
 def _ledger(doc: dict) -> str:
@@ -339,6 +341,22 @@ def _tuning(doc: dict) -> str:
         if rec["notes"]:
             parts.append("\n" + "\n".join(f"- {n}" for n in rec["notes"]) + "\n")
     return "".join(parts)
+
+
+def _intervals(doc: dict) -> str:
+    rows = doc.get("intervals") or []
+    if not rows:
+        return ""
+    body = [(r["deployment_id"], str(r["hour"]), num(r["num_intervals"]), num(r["num_drafts"]),
+             num(r["num_draft_tokens"]), num(r["num_accepted_tokens"]), num(r["mean_accept_length"]),
+             pct(r["acceptance_rate"]),
+             ", ".join(pct(v) for v in r["vllm_rate"]) if r["vllm_rate"] else DASH)
+            for r in rows]
+    return ("## Aggregate counters (intervals)\n\n"
+            "From vLLM's SpecDecoding log lines or Prometheus counters, per hour. Mean accept length is "
+            "1 + accepted / drafts, unknown where an interval lacks an exact draft count.\n\n"
+            + table(["deployment", "hour", "intervals", "drafts", "draft tokens", "accepted", "accept length",
+                     "acceptance", "vLLM rate per position"], body))
 
 
 def _quantization(doc: dict) -> str:
