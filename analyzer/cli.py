@@ -397,3 +397,50 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, pro
                               ensure_ascii=False, indent=2))
     else:
         click.echo(render_recommend_markdown(result), nl=False)
+
+
+@main.command("import")
+@click.argument("source", type=click.Choice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses"]))
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--deployment", "deployment", required=True, multiple=True,
+              help="The deployment_id to import under. prometheus: one id for every label group, or "
+                   "label=value:ID pairs (repeat the option, or separate pairs with commas).")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Trace directory: new files are added under OUT/<table>/, existing ones are never rewritten.")
+@click.option("--model", default=None, help="deployments.model (default: from the source, else 'unknown').")
+@click.option("--method", default=None,
+              help="deployments.method, e.g. eagle3 (default: 'none' when nothing speculated, else 'unknown').")
+@click.option("--num-speculative-tokens", "num_speculative_tokens", default=None, type=click.IntRange(min=0),
+              help="deployments.num_speculative_tokens (default: from the source, else 0).")
+@click.option("--year", default=None, type=click.IntRange(1970, 9999),
+              help="vllm-log only: the year of the log's MM-DD dates (default: the current year).")
+def import_traces(source: str, files: tuple[Path, ...], deployment: tuple[str, ...], out: Path, model: str | None,
+                  method: str | None, num_speculative_tokens: int | None, year: int | None) -> None:
+    """Convert engine output (FILE...) from SOURCE into trace tables under OUT.
+
+    \b
+    SOURCE is one of:
+      vllm-responses    vLLM responses (JSONL) with metrics.speculative_decoding → requests, rounds
+      vllm-log          vLLM log with 'SpecDecoding metrics:' lines             → intervals
+      prometheus        query_range JSON over vllm:spec_decode_* counters        → intervals
+      sglang-responses  SGLang responses (JSONL) with meta_info spec counts      → requests, rounds
+
+    Prints rows written per table, records skipped per reason, and notes on
+    what had to be assumed (also written to OUT/import_notes/). Input that is
+    not what SOURCE promises exits 2, naming the file and line.
+
+    \b
+    Examples:
+        specan import vllm-responses responses.jsonl --deployment eagle3-a --method eagle3 --out traces/
+        specan import vllm-log vllm.log --deployment eagle3-a --year 2026 --out traces/
+        specan import prometheus range.json --deployment model_name=llama:eagle-a --out traces/
+    """
+    from .importers import ImportInputError, run_import
+
+    try:
+        summary = run_import(source, files, out, list(deployment), model=model, method=method,
+                             num_speculative_tokens=num_speculative_tokens, year=year)
+    except ImportInputError as exc:
+        raise _fail(exc) from None
+    click.echo("\n".join(summary.lines()))

@@ -48,7 +48,16 @@ def render(doc: dict[str, Any]) -> str:
         _header, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
         _latency, _categories, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals, _gates, _notes,
     ]
+    if doc["input"]["rounds"] == 0 and doc.get("intervals"):
+        # Aggregate counters only (vllm-log or prometheus imports): say what is missing, show what is there.
+        sections = [_header, _counters_only, _intervals, _notes]
     return "\n".join(part for part in (s(doc) for s in sections) if part)
+
+
+def _counters_only(doc: dict) -> str:
+    return ("These traces hold aggregate counters only (the intervals table), no rounds: per-round "
+            "acceptance, positions, stop truncation, structured output, round times, speedup and the load "
+            "curve are unavailable. Import per-request responses (`specan import vllm-responses`) for them.\n")
 
 
 def _header(doc: dict) -> str:

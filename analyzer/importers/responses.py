@@ -1,0 +1,123 @@
+"""What the two response importers (vLLM, SGLang) share: typed field access that
+names the file and line, the wrapper keys, and the requests rows."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .common import MalformedInput, is_int, is_number, parse_time
+
+# Wrapper keys that fill a requests column of the same name, and the JSON kind each takes.
+WRAPPER_COLUMNS = {
+    "category": "string",
+    "structured_output": "boolean",
+    "temperature": "number",
+    "num_preemptions": "integer",
+    "prompt_token_ids": "integer list",
+    "output_token_ids": "integer list",
+    "quality_score": "number",
+    "matches_reference": "boolean",
+}
+
+REQUEST_COLUMNS = ("deployment_id", "request_id", "category", "arrival_time", "first_token_time", "finish_time",
+                   "prompt_tokens", "output_tokens", "finish_reason", "structured_output", "temperature",
+                   "num_preemptions", "prompt_token_ids", "output_token_ids", "quality_score", "matches_reference")
+OPTIONAL_REQUEST_COLUMNS = ("category", "first_token_time", "finish_time", "structured_output", "temperature",
+                            "num_preemptions", "prompt_token_ids", "output_token_ids", "quality_score",
+                            "matches_reference")
+
+# OpenAI-style finish_reason → requests.finish_reason (trace-format.md).
+FINISH_REASON = {"stop": "stop", "eos": "stop", "tool_calls": "stop", "function_call": "stop",
+                 "length": "length", "abort": "abort", "error": "error"}
+
+
+@dataclass
+class Where:
+    path: Path
+    line: int
+
+    def fail(self, problem: str) -> MalformedInput:
+        return MalformedInput(self.path, self.line, problem)
+
+
+def _kind_ok(value, kind: str) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return is_int(value)
+    if kind == "number":
+        return is_number(value)
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "list":
+        return isinstance(value, list)
+    if kind == "integer list":
+        return isinstance(value, list) and all(is_int(v) for v in value)
+    raise ValueError(kind)
+
+
+def get(obj: dict, key: str, kind: str, where: Where, label: str | None = None):
+    """obj[key] when present and not null, checked to be of ``kind``; None when absent or null."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not _kind_ok(value, kind):
+        raise where.fail(f"{label or key}: expected {'an' if kind[0] in 'aeiou' else 'a'} {kind}, "
+                         f"found {type(value).__name__} {_short(value)}")
+    return value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def wrapper_values(wrapper: dict, where: Where) -> dict:
+    return {col: get(wrapper, col, kind, where) for col, kind in WRAPPER_COLUMNS.items()}
+
+
+def arrival_from(wrapper: dict | None, created, where: Where) -> tuple[int | None, str | None]:
+    """(epoch µs, which field) from the wrapper's sent_at, else created."""
+    if wrapper is not None and wrapper.get("sent_at") is not None:
+        us = parse_time(wrapper["sent_at"])
+        if us is None:
+            raise where.fail(f"sent_at: expected ISO-8601 text or epoch seconds, found {_short(wrapper['sent_at'])}")
+        return us, "sent_at"
+    if created is not None:
+        us = parse_time(created)
+        if us is None:
+            raise where.fail(f"created: expected epoch seconds, found {_short(created)}")
+        return us, "created"
+    return None, None
+
+
+@dataclass
+class RequestsBuffer:
+    cols: dict[str, list] = field(default_factory=lambda: {c: [] for c in REQUEST_COLUMNS})
+    ids: set = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.cols["request_id"])
+
+    def add(self, **row) -> None:
+        for c in REQUEST_COLUMNS:
+            self.cols[c].append(row.get(c))
+        self.ids.add(row["request_id"])
+
+
+@dataclass
+class Tally:
+    """Counts behind an import's notes."""
+
+    short: Counter = field(default_factory=Counter)     # requests → plain rounds appended
+    over: Counter = field(default_factory=Counter)      # requests → tokens truncated
+    rebuilt: int = 0
+    plain_requests: int = 0
+    spec_requests: int = 0
+    no_timing: int = 0
+    from_created: int = 0
+    already_present: int = 0

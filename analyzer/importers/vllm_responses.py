@@ -1,0 +1,237 @@
+"""`specan import vllm-responses`: vLLM OpenAI-compatible responses (JSONL) → requests, rounds.
+
+Each line is a chat.completion / text_completion response, or a wrapper
+``{"response": {...}, "sent_at", "category", "structured_output", "temperature",
+"prompt_token_ids", "output_token_ids"}``. The per-request ``metrics`` object
+gives the timings and, with ``--per-request-spec-decode-metrics``,
+``metrics.speculative_decoding`` gives the rounds (importers.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from .common import (STOP_REASON, ImportSummary, Overrides, RoundsBuffer, TraceWriter, deployment_row, finish,
+                     ms_us, read_jsonl, rebuild_from_histogram, reconcile)
+from .responses import (FINISH_REASON, OPTIONAL_REQUEST_COLUMNS, RequestsBuffer, Tally, Where, arrival_from, get,
+                        wrapper_values)
+
+SOURCE = "vllm-responses"
+
+_NOT_REBUILT = "requests without rounds: "
+
+
+def import_vllm_responses(files: Sequence[str | Path], out: str | Path, deployment_id: str,
+                          overrides: Overrides | None = None) -> ImportSummary:
+    """Import vLLM responses into TRACES ``out`` under ``deployment_id``; returns what was written."""
+    overrides = overrides or Overrides()
+    writer = TraceWriter(Path(out), SOURCE)
+    writer.check_layout(("requests", "rounds", "import_notes"))
+    summary = ImportSummary(SOURCE, Path(out))
+    requests, rounds, tally = RequestsBuffer(), RoundsBuffer(), Tally()
+    models: Counter = Counter()
+    spec_tokens: list[int] = []
+    existing = writer.existing_request_ids(deployment_id)
+
+    for path in files:
+        for lineno, obj in read_jsonl(Path(path)):
+            where = Where(Path(path), lineno)
+            _one(obj, where, deployment_id, overrides, summary, requests, rounds, tally, models, spec_tokens,
+                 existing)
+
+    _notes(summary, tally, models, deployment_id)
+    row = deployment_row(deployment_id, overrides, model=models.most_common(1)[0][0] if models else None,
+                         speculated=tally.spec_requests > 0,
+                         num_spec_tokens=max(spec_tokens) if spec_tokens else None)
+    if overrides.num_speculative_tokens is not None and spec_tokens and \
+            max(spec_tokens) != overrides.num_speculative_tokens:
+        summary.note(f"the responses give num_spec_tokens up to {max(spec_tokens)}, but "
+                     f"--num-speculative-tokens is {overrides.num_speculative_tokens}", deployment_id)
+    writer.merge_deployment(row, summary)
+    writer.add("requests", requests.cols, times=requests.cols["arrival_time"],
+               drop_empty_optional=OPTIONAL_REQUEST_COLUMNS)
+    writer.add("rounds", rounds.cols, times=rounds.times)
+    return finish(writer, summary, deployment_id)
+
+
+def _one(obj, where: Where, deployment_id: str, overrides: Overrides, summary: ImportSummary,
+         requests: RequestsBuffer, rounds: RoundsBuffer, tally: Tally, models: Counter, spec_tokens: list[int],
+         existing: set[str]) -> None:
+    if not isinstance(obj, dict):
+        raise where.fail(f"expected a JSON object (a response or a wrapper), found {type(obj).__name__}")
+    wrapper = None
+    response = obj
+    if "response" in obj:
+        wrapper = obj
+        response = get(obj, "response", "object", where)
+        if response is None:
+            summary.skip("wrapper with a null response")
+            return
+    if response.get("object") == "error" or ("error" in response and "choices" not in response):
+        summary.skip("error response")
+        return
+    if str(response.get("object", "")).endswith(".chunk"):
+        summary.skip("streaming chunk, not a whole response")
+        return
+    request_id = get(response, "id", "string", where)
+    choices = get(response, "choices", "list", where)
+    usage = get(response, "usage", "object", where)
+    if request_id is None or choices is None:
+        summary.skip("not a completion response (no id or choices)")
+        return
+    if usage is None:
+        summary.skip("no usage (completion_tokens unknown)")
+        return
+    if len(choices) != 1:
+        summary.skip("not exactly one choice (n > 1): per-request counts can't be split")
+        return
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise where.fail("choices[0]: expected an object")
+    finish = get(choice, "finish_reason", "string", where, "choices[0].finish_reason")
+    if finish is None:
+        summary.skip("no finish_reason (unfinished response)")
+        return
+    if finish not in FINISH_REASON:
+        summary.skip(f"finish_reason {finish!r} not understood")
+        return
+    completion = get(usage, "completion_tokens", "integer", where, "usage.completion_tokens")
+    prompt = get(usage, "prompt_tokens", "integer", where, "usage.prompt_tokens")
+    if completion is None or prompt is None:
+        summary.skip("no usage.completion_tokens or usage.prompt_tokens")
+        return
+    arrival, arrival_field = arrival_from(wrapper, response.get("created"), where)
+    if arrival is None:
+        summary.skip("no time: neither sent_at nor created")
+        return
+    if request_id in requests.ids:
+        summary.skip("request id repeated in this import")
+        return
+    if request_id in existing:
+        tally.already_present += 1
+
+    metrics = get(response, "metrics", "object", where) or {}
+    first, finish_time = _times(metrics, arrival, where)
+    if first is None:
+        tally.no_timing += 1
+    if arrival_field == "created":
+        tally.from_created += 1
+    extra = wrapper_values(wrapper, where) if wrapper is not None else {}
+    model = get(response, "model", "string", where)
+    if model:
+        models[model] += 1
+
+    requests.add(deployment_id=deployment_id, request_id=request_id, arrival_time=arrival,
+                 first_token_time=first, finish_time=finish_time, prompt_tokens=prompt, output_tokens=completion,
+                 finish_reason=FINISH_REASON[finish], **extra)
+
+    spec = get(metrics, "speculative_decoding", "object", where, "metrics.speculative_decoding")
+    if spec is None:
+        tally.plain_requests += 1
+        steps: list[tuple[int, int]] = []
+    else:
+        tally.spec_requests += 1
+        gamma = get(spec, "num_spec_tokens", "integer", where, "speculative_decoding.num_spec_tokens")
+        if gamma is not None:
+            spec_tokens.append(gamma)
+        steps = _steps(spec, where, gamma if gamma is not None else overrides.num_speculative_tokens,
+                       summary, tally)
+        if steps is None:
+            return
+    fixed = reconcile(steps, completion)
+    if fixed.error:
+        summary.skip(_NOT_REBUILT + fixed.error)
+        return
+    if spec is not None and fixed.plain_appended:
+        tally.short[request_id] = fixed.plain_appended
+    if fixed.truncated_by:
+        tally.over[request_id] = fixed.truncated_by
+    rounds.add(deployment_id, request_id, fixed.rounds, STOP_REASON[FINISH_REASON[finish]], arrival)
+
+
+def _times(metrics: dict, arrival: int, where: Where) -> tuple[int | None, int | None]:
+    ttft = get(metrics, "time_to_first_token_ms", "number", where, "metrics.time_to_first_token_ms")
+    queue = get(metrics, "queue_time_ms", "number", where, "metrics.queue_time_ms")
+    generation = get(metrics, "generation_time_ms", "number", where, "metrics.generation_time_ms")
+    if ttft is None or queue is None:
+        return None, None
+    first = arrival + ms_us(queue + ttft)
+    return first, (first + ms_us(generation) if generation is not None else None)
+
+
+def _steps(spec: dict, where: Where, gamma: int | None, summary: ImportSummary,
+           tally: Tally) -> list[tuple[int, int]] | None:
+    """(drafted, accepted) per speculative step, from the detailed arrays or the histogram; None: can't."""
+    label = "speculative_decoding."
+    drafted = get(spec, "per_step_drafted", "integer list", where, label + "per_step_drafted")
+    accepted = get(spec, "per_step_accepted", "integer list", where, label + "per_step_accepted")
+    if drafted is not None and accepted is not None:
+        if len(drafted) != len(accepted):
+            summary.skip(_NOT_REBUILT + "per_step_drafted and per_step_accepted differ in length")
+            return None
+        return list(zip(drafted, accepted))
+    steps = get(spec, "num_spec_steps", "integer", where, label + "num_spec_steps")
+    draft_tokens = get(spec, "num_draft_tokens", "integer", where, label + "num_draft_tokens")
+    accepted_tokens = get(spec, "num_accepted_draft_tokens", "integer", where, label + "num_accepted_draft_tokens")
+    histogram = get(spec, "acceptance_histogram", "integer list", where, label + "acceptance_histogram")
+    if histogram is None or steps is None or draft_tokens is None:
+        summary.skip(_NOT_REBUILT + "neither per-step arrays nor a complete summary "
+                     "(acceptance_histogram, num_spec_steps, num_draft_tokens)")
+        return None
+    if gamma is None:
+        summary.skip(_NOT_REBUILT + "summary without num_spec_tokens (and no --num-speculative-tokens)")
+        return None
+    reason = check_histogram(histogram, steps, draft_tokens, accepted_tokens, gamma)
+    if reason:
+        summary.skip(_NOT_REBUILT + reason)
+        return None
+    if steps:
+        tally.rebuilt += 1
+    return rebuild_from_histogram(histogram, gamma)
+
+
+def check_histogram(histogram: list[int], steps: int, draft_tokens: int, accepted_tokens: int | None,
+                    gamma: int) -> str | None:
+    """Why a summary can't be rebuilt exactly as a multiset of rounds, or None when it can."""
+    if draft_tokens != steps * gamma:
+        return "drafts per step vary (num_draft_tokens ≠ num_spec_steps × num_spec_tokens)"
+    if sum(histogram) != steps or any(n < 0 for n in histogram):
+        return "acceptance_histogram does not count num_spec_steps steps"
+    if accepted_tokens is not None and sum(j * n for j, n in enumerate(histogram)) != accepted_tokens:
+        return "acceptance_histogram does not add up to the accepted draft tokens"
+    if any(n for j, n in enumerate(histogram) if j > gamma):
+        return "acceptance_histogram has steps accepting more than num_spec_tokens"
+    return None
+
+
+def _notes(summary: ImportSummary, tally: Tally, models: Counter, deployment_id: str) -> None:
+    note = lambda text: summary.note(text, deployment_id)  # noqa: E731
+    if tally.short:
+        note(f"{len(tally.short)} request{'s' if len(tally.short) != 1 else ''}: counts fell short of "
+             f"completion_tokens − 1; {sum(tally.short.values())} plain rounds appended after the speculative "
+             f"ones, their true position is unknown")
+    if tally.over:
+        note(f"{len(tally.over)} request{'s' if len(tally.over) != 1 else ''}: counts ran over completion_tokens − 1; "
+             f"the last round was truncated by {sum(tally.over.values())} token"
+             f"{'s' if sum(tally.over.values()) != 1 else ''} in all, its stop_reason from finish_reason")
+    if tally.rebuilt:
+        note(f"rounds of {tally.rebuilt} request{'s' if tally.rebuilt != 1 else ''} rebuilt from "
+             f"acceptance_histogram: order is synthetic (ascending accepted count)")
+    if tally.plain_requests and tally.spec_requests:
+        note(f"{tally.plain_requests} responses without metrics.speculative_decoding imported as plain decoding "
+             f"(one token per round) beside {tally.spec_requests} speculative ones")
+    if tally.no_timing:
+        note(f"first_token_time and finish_time unknown for {tally.no_timing} request"
+             f"{'s' if tally.no_timing != 1 else ''}: no per-request timing metrics "
+             f"(vLLM --enable-per-request-metrics)")
+    if tally.from_created:
+        note(f"arrival_time of {tally.from_created} request{'s' if tally.from_created != 1 else ''} is "
+             f"response.created, in whole seconds (no sent_at)")
+    if tally.already_present:
+        note(f"{tally.already_present} request ids were already in TRACES/requests: the loader will reject "
+             f"every copy as duplicate_key")
+    if len(models) > 1:
+        note("the responses name several models (" + ", ".join(f"{m}: {n}" for m, n in models.most_common())
+             + f"); the deployment takes {models.most_common(1)[0][0]}")
