@@ -17,16 +17,7 @@ import pyarrow.parquet as pq
 
 from analyzer.schema import load_schemas
 
-ARROW = {
-    "VARCHAR": pa.string(),
-    "INTEGER": pa.int32(),
-    "BIGINT": pa.int64(),
-    "DOUBLE": pa.float64(),
-    "BOOLEAN": pa.bool_(),
-    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
-    "INTEGER[]": pa.list_(pa.int32()),
-    "BIGINT[]": pa.list_(pa.int64()),
-}
+from analyzer.importers.common import ARROW  # noqa: E402  the declared type → Arrow type map
 
 T0 = dt.datetime(2026, 11, 28, 12, 0, 0, tzinfo=dt.timezone.utc)
 

@@ -113,6 +113,23 @@ class RequestsBuffer:
 class Tally:
     """Counts behind an import's notes."""
 
+    def reconciliation_notes(self, histogram_name: str) -> list[str]:
+        """Notes on rounds that had to be fitted to usage.completion_tokens or rebuilt from a histogram."""
+        notes = []
+        if self.short:
+            notes.append(f"{len(self.short)} request{_s(len(self.short))}: counts fell short of completion_tokens"
+                         f" − 1; {sum(self.short.values())} plain rounds appended after the speculative ones, "
+                         "their true position is unknown")
+        if self.over:
+            truncated = sum(self.over.values())
+            notes.append(f"{len(self.over)} request{_s(len(self.over))}: counts ran over completion_tokens − 1; "
+                         f"the last round was truncated by {truncated} token{_s(truncated)} in all, its "
+                         "stop_reason from finish_reason")
+        if self.rebuilt:
+            notes.append(f"rounds of {self.rebuilt} request{_s(self.rebuilt)} rebuilt from {histogram_name}: "
+                         "order is synthetic (ascending accepted count)")
+        return notes
+
     short: Counter = field(default_factory=Counter)     # requests → plain rounds appended
     over: Counter = field(default_factory=Counter)      # requests → tokens truncated
     rebuilt: int = 0
@@ -121,3 +138,7 @@ class Tally:
     no_timing: int = 0
     from_created: int = 0
     already_present: int = 0
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"

@@ -205,17 +205,8 @@ def _steps(verify_ct: int | None, accepted: int | None, proposed: int | None, hi
 def _notes(summary: ImportSummary, tally: Tally, models: Counter, names: Counter, gammas: list[int],
            overrides: Overrides, deployment_id: str) -> None:
     note = lambda text: summary.note(text, deployment_id)  # noqa: E731
-    if tally.short:
-        note(f"{len(tally.short)} request{'s' if len(tally.short) != 1 else ''}: counts fell short of "
-             f"completion_tokens − 1; {sum(tally.short.values())} plain rounds appended after the speculative "
-             f"ones, their true position is unknown")
-    if tally.over:
-        note(f"{len(tally.over)} request{'s' if len(tally.over) != 1 else ''}: counts ran over completion_tokens − 1; "
-             f"the last round was truncated by {sum(tally.over.values())} token"
-             f"{'s' if sum(tally.over.values()) != 1 else ''} in all, its stop_reason from finish_reason")
-    if tally.rebuilt:
-        note(f"rounds of {tally.rebuilt} request{'s' if tally.rebuilt != 1 else ''} rebuilt from the "
-             f"acceptance histogram: order is synthetic (ascending accepted count)")
+    for text in tally.reconciliation_notes("the acceptance histogram"):
+        note(text)
     if tally.spec_requests or tally.plain_requests:
         note("first_token_time is unknown for SGLang responses; finish_time = arrival_time + e2e_latency. "
              "spec_accept_length is not copied: mean_accept_length is 1 + C/R from the rounds")

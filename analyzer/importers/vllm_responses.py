@@ -208,17 +208,8 @@ def check_histogram(histogram: list[int], steps: int, draft_tokens: int, accepte
 
 def _notes(summary: ImportSummary, tally: Tally, models: Counter, deployment_id: str) -> None:
     note = lambda text: summary.note(text, deployment_id)  # noqa: E731
-    if tally.short:
-        note(f"{len(tally.short)} request{'s' if len(tally.short) != 1 else ''}: counts fell short of "
-             f"completion_tokens − 1; {sum(tally.short.values())} plain rounds appended after the speculative "
-             f"ones, their true position is unknown")
-    if tally.over:
-        note(f"{len(tally.over)} request{'s' if len(tally.over) != 1 else ''}: counts ran over completion_tokens − 1; "
-             f"the last round was truncated by {sum(tally.over.values())} token"
-             f"{'s' if sum(tally.over.values()) != 1 else ''} in all, its stop_reason from finish_reason")
-    if tally.rebuilt:
-        note(f"rounds of {tally.rebuilt} request{'s' if tally.rebuilt != 1 else ''} rebuilt from "
-             f"acceptance_histogram: order is synthetic (ascending accepted count)")
+    for text in tally.reconciliation_notes("acceptance_histogram"):
+        note(text)
     if tally.plain_requests and tally.spec_requests:
         note(f"{tally.plain_requests} responses without metrics.speculative_decoding imported as plain decoding "
              f"(one token per round) beside {tally.spec_requests} speculative ones")
