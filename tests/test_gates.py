@@ -13,26 +13,13 @@ import pytest
 from analyzer import api
 from analyzer.config import Config, parse_config
 from analyzer.gates import any_failed, evaluate_gates, render_gates_markdown
-from tracebuilder import at, deployment, round_row, write_table, write_traces
+from tracebuilder import at, deployment, round_row, write_table, write_traces, request, step
 
 # --------------------------------------------------------------------------- builders
 
 
-def request(deployment_id: str, request_id: str, arrival=0.0, first=10.0, finish=100.0,
-            output_tokens=5, finish_reason="stop", **extra) -> dict:
-    """A request; times are ms after the fixed instant of ``at`` (None stays null)."""
-    return {"deployment_id": deployment_id, "request_id": request_id,
-            "arrival_time": None if arrival is None else at(arrival),
-            "first_token_time": None if first is None else at(first),
-            "finish_time": None if finish is None else at(finish),
-            "prompt_tokens": 10, "output_tokens": output_tokens, "finish_reason": finish_reason, **extra}
 
 
-def step(deployment_id: str, step_id: int, duration_ms: float, batch_size: int = 1,
-         start_ms: float | None = None, **extra) -> dict:
-    return {"deployment_id": deployment_id, "step_id": step_id,
-            "start_time": at(step_id if start_ms is None else start_ms),
-            "duration_ms": duration_ms, "batch_size": batch_size, **extra}
 
 
 def config(text: str = "") -> Config:

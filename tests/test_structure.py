@@ -19,20 +19,13 @@ from click.testing import CliRunner
 
 from analyzer.api import open_traces
 from analyzer.cli import main
-from tracebuilder import arrow_table, at, deployment, round_row, write_table, write_traces
+from tracebuilder import arrow_table, at, deployment, round_row, write_table, write_traces, request, step
 
 # --------------------------------------------------------------------------- builders
 
 
-def request(deployment_id: str, request_id: str, **extra) -> dict:
-    return {"deployment_id": deployment_id, "request_id": request_id,
-            "arrival_time": at(0), "first_token_time": at(10), "finish_time": at(100),
-            "prompt_tokens": 10, "output_tokens": 5, "finish_reason": "stop", **extra}
 
 
-def step(deployment_id: str, step_id: int, **extra) -> dict:
-    return {"deployment_id": deployment_id, "step_id": step_id, "start_time": at(step_id),
-            "duration_ms": 10.0, "batch_size": 1, **extra}
 
 
 def write_file(path: Path, table: str, rows: list[dict], types: dict | None = None,
