@@ -1,6 +1,5 @@
 -- Every clean round with what the views need from its step and its request.
 -- Grain: one row per round (deployment_id, request_id, round_idx, partitions).
--- materialized: table
 --
 -- A round's time is its step's duration: every request in a step waits for the
 -- whole step. Rounds whose step is missing or rejected keep null timings, so
