@@ -20,7 +20,7 @@ import duckdb
 from .load import LoadSummary, Progress, StructuralError, load_traces, read_summary
 from .views import DEFAULT_REPEAT_N, create_views
 
-DEFAULT_MEMORY_LIMIT = "4GB"
+DEFAULT_MEMORY_LIMIT = "3GB"
 
 
 @dataclass

@@ -82,7 +82,7 @@ def measure(rounds: int, memory: str, peer: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, action="append", help="sizes to run (default 1M, 10M, 50M)")
-    parser.add_argument("--memory-limit", default="4GB")
+    parser.add_argument("--memory-limit", default="3GB", help="passed to specan report (its default)")
     parser.add_argument("--no-peer", action="store_true", help="skip the pandas peer")
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args()
