@@ -214,8 +214,8 @@ def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
     return (
         f"create or replace table _rejected_{schema.table} as\nwith " + ",\n".join(ctes) + "\n"
         f"select * from (\n  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,\n"
-        f"    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._specan_row\n"
-        f"  from r\n  " + "\n  ".join(joins) + "\n) where reason is not null"
+        "    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._specan_row\n"
+        "  from r\n  " + "\n  ".join(joins) + "\n) where reason is not null"
     )
 
 

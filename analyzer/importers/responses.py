@@ -7,7 +7,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import MalformedInput, is_int, is_number, parse_time
+from collections.abc import Iterator, Sequence
+
+from .common import (ImportSummary, MalformedInput, Overrides, RoundsBuffer, TraceWriter, deployment_row, finish,
+                     is_int, is_number, parse_time, read_jsonl)
 
 # Wrapper keys that fill a requests column of the same name, and the JSON kind each takes.
 WRAPPER_COLUMNS = {
@@ -142,3 +145,35 @@ class Tally:
 
 def _s(n: int) -> str:
     return "" if n == 1 else "s"
+
+
+class ResponseImport:
+    """What both response importers fill, from the first line read to the files written."""
+
+    def __init__(self, source: str, out: str | Path, deployment_id: str):
+        self.deployment_id = deployment_id
+        self.writer = TraceWriter(Path(out), source)
+        self.writer.check_layout(("requests", "rounds", "import_notes"))
+        self.summary = ImportSummary(source, Path(out))
+        self.requests, self.rounds, self.tally = RequestsBuffer(), RoundsBuffer(), Tally()
+        self.models: Counter = Counter()
+        self.existing = self.writer.existing_request_ids(deployment_id)
+
+    @staticmethod
+    def records(files: Sequence[str | Path]) -> Iterator[tuple[Where, object]]:
+        """Every JSON line of every file, with where it came from."""
+        for path in files:
+            for lineno, obj in read_jsonl(Path(path)):
+                yield Where(Path(path), lineno), obj
+
+    def write(self, overrides: Overrides, num_spec_tokens: int | None) -> ImportSummary:
+        """The deployments row, then the requests and rounds files; returns the summary."""
+        model = self.models.most_common(1)[0][0] if self.models else None
+        row = deployment_row(self.deployment_id, overrides, model=model,
+                             speculated=self.tally.spec_requests > 0, num_spec_tokens=num_spec_tokens)
+        self.writer.merge_deployment(row, self.summary)
+        self.writer.add("requests", self.requests.cols, times=self.requests.cols["arrival_time"],
+                        drop_empty_optional=OPTIONAL_REQUEST_COLUMNS)
+        self.writer.add("rounds", self.rounds.cols, times=self.rounds.times)
+        return finish(self.writer, self.summary, self.deployment_id)
+

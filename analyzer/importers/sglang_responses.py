@@ -19,9 +19,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .common import (STOP_REASON, ImportSummary, Overrides, RoundsBuffer, TraceWriter, deployment_row, finish,
-                     epoch_us, read_jsonl, rebuild_from_histogram, reconcile)
-from .responses import (FINISH_REASON, OPTIONAL_REQUEST_COLUMNS, RequestsBuffer, Tally, Where, arrival_from, get,
+from .common import (STOP_REASON, ImportSummary, Overrides, RoundsBuffer, epoch_us, rebuild_from_histogram, reconcile)
+from .responses import (FINISH_REASON, RequestsBuffer, ResponseImport, Tally, Where, arrival_from, get,
                         wrapper_values)
 
 SOURCE = "sglang-responses"
@@ -38,29 +37,16 @@ def import_sglang_responses(files: Sequence[str | Path], out: str | Path, deploy
                             overrides: Overrides | None = None) -> ImportSummary:
     """Import SGLang responses into TRACES ``out`` under ``deployment_id``; returns what was written."""
     overrides = overrides or Overrides()
-    writer = TraceWriter(Path(out), SOURCE)
-    writer.check_layout(("requests", "rounds", "import_notes"))
-    summary = ImportSummary(SOURCE, Path(out))
-    requests, rounds, tally = RequestsBuffer(), RoundsBuffer(), Tally()
-    models: Counter = Counter()
+    job = ResponseImport(SOURCE, out, deployment_id)
     gammas: list[int] = []
     names: Counter = Counter()
-    existing = writer.existing_request_ids(deployment_id)
+    for where, obj in job.records(files):
+        for item in (obj if isinstance(obj, list) else [obj]):
+            _one(item, where, deployment_id, job.summary, job.requests, job.rounds, job.tally, job.models, gammas,
+                 names, job.existing)
 
-    for path in files:
-        for lineno, obj in read_jsonl(Path(path)):
-            where = Where(Path(path), lineno)
-            for item in (obj if isinstance(obj, list) else [obj]):
-                _one(item, where, deployment_id, summary, requests, rounds, tally, models, gammas, names, existing)
-
-    _notes(summary, tally, models, names, gammas, overrides, deployment_id)
-    row = deployment_row(deployment_id, overrides, model=models.most_common(1)[0][0] if models else None,
-                         speculated=tally.spec_requests > 0, num_spec_tokens=max(gammas) if gammas else None)
-    writer.merge_deployment(row, summary)
-    writer.add("requests", requests.cols, times=requests.cols["arrival_time"],
-               drop_empty_optional=OPTIONAL_REQUEST_COLUMNS)
-    writer.add("rounds", rounds.cols, times=rounds.times)
-    return finish(writer, summary, deployment_id)
+    _notes(job.summary, job.tally, job.models, names, gammas, overrides, deployment_id)
+    return job.write(overrides, max(gammas) if gammas else None)
 
 
 def _either(meta: dict, pair: tuple[str, str], kind: str, where: Where, names: Counter):

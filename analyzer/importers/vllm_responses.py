@@ -13,9 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .common import (STOP_REASON, ImportSummary, Overrides, RoundsBuffer, TraceWriter, deployment_row, finish,
-                     ms_us, read_jsonl, rebuild_from_histogram, reconcile)
-from .responses import (FINISH_REASON, OPTIONAL_REQUEST_COLUMNS, RequestsBuffer, Tally, Where, arrival_from, get,
+from .common import (STOP_REASON, ImportSummary, Overrides, RoundsBuffer, ms_us, rebuild_from_histogram, reconcile)
+from .responses import (FINISH_REASON, RequestsBuffer, ResponseImport, Tally, Where, arrival_from, get,
                         wrapper_values)
 
 SOURCE = "vllm-responses"
@@ -27,33 +26,18 @@ def import_vllm_responses(files: Sequence[str | Path], out: str | Path, deployme
                           overrides: Overrides | None = None) -> ImportSummary:
     """Import vLLM responses into TRACES ``out`` under ``deployment_id``; returns what was written."""
     overrides = overrides or Overrides()
-    writer = TraceWriter(Path(out), SOURCE)
-    writer.check_layout(("requests", "rounds", "import_notes"))
-    summary = ImportSummary(SOURCE, Path(out))
-    requests, rounds, tally = RequestsBuffer(), RoundsBuffer(), Tally()
-    models: Counter = Counter()
+    job = ResponseImport(SOURCE, out, deployment_id)
     spec_tokens: list[int] = []
-    existing = writer.existing_request_ids(deployment_id)
+    for where, obj in job.records(files):
+        _one(obj, where, deployment_id, overrides, job.summary, job.requests, job.rounds, job.tally, job.models,
+             spec_tokens, job.existing)
 
-    for path in files:
-        for lineno, obj in read_jsonl(Path(path)):
-            where = Where(Path(path), lineno)
-            _one(obj, where, deployment_id, overrides, summary, requests, rounds, tally, models, spec_tokens,
-                 existing)
-
-    _notes(summary, tally, models, deployment_id)
-    row = deployment_row(deployment_id, overrides, model=models.most_common(1)[0][0] if models else None,
-                         speculated=tally.spec_requests > 0,
-                         num_spec_tokens=max(spec_tokens) if spec_tokens else None)
+    _notes(job.summary, job.tally, job.models, deployment_id)
     if overrides.num_speculative_tokens is not None and spec_tokens and \
             max(spec_tokens) != overrides.num_speculative_tokens:
-        summary.note(f"the responses give num_spec_tokens up to {max(spec_tokens)}, but "
-                     f"--num-speculative-tokens is {overrides.num_speculative_tokens}", deployment_id)
-    writer.merge_deployment(row, summary)
-    writer.add("requests", requests.cols, times=requests.cols["arrival_time"],
-               drop_empty_optional=OPTIONAL_REQUEST_COLUMNS)
-    writer.add("rounds", rounds.cols, times=rounds.times)
-    return finish(writer, summary, deployment_id)
+        job.summary.note(f"the responses give num_spec_tokens up to {max(spec_tokens)}, but "
+                         f"--num-speculative-tokens is {overrides.num_speculative_tokens}", deployment_id)
+    return job.write(overrides, max(spec_tokens) if spec_tokens else None)
 
 
 def _one(obj, where: Where, deployment_id: str, overrides: Overrides, summary: ImportSummary,
