@@ -212,11 +212,12 @@ def _table_notes(con, summary: LoadSummary) -> list[str]:
     unknown_parts = con.execute("select count(*) from steps where draft_ms is null or verify_ms is null").fetchone()[0]
     if unknown_parts:
         notes.append(f"{unknown_parts} steps lack draft_ms or verify_ms: their other_ms is unknown")
-    no_step = con.execute(
-        "select count(*) from round_facts where not has_step").fetchone()[0] if summary.present.get("steps") else 0
+    no_step = con.execute("select coalesce(sum(num_rounds), 0) from round_cells where not has_step"
+                          ).fetchone()[0] if summary.present.get("steps") else 0
     if no_step:
         notes.append(f"{no_step} rounds have no clean step: they count for acceptance only, not for timing")
-    no_context = con.execute("select count(*) from rounds where context_len is null").fetchone()[0]
+    no_context = con.execute("select coalesce(sum(num_rounds), 0) from round_cells where context_bucket is null"
+                             ).fetchone()[0]
     if no_context and summary.rows_clean.get("rounds"):
         notes.append(f"{no_context} rounds lack context_len: they are left out of the context curve")
     return notes

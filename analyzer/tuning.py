@@ -446,9 +446,10 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str) -> dict[str, A
         g = unknown_lengths[0]
         notes.append(f"E[L](γ) is unknown for γ ≥ {g}: the conditional acceptance at position {g} is unknown "
                      f"(no round drafted that position, or none reached it), so those lengths get no prediction.")
+    # rounds that drafted nothing and had nothing cut by a grammar: neither speculative nor fully invalidated
     no_draft = con.execute(
-        "select count(*) filter (where num_draft_tokens = 0 and coalesce(num_invalidated_tokens, 0) = 0), "
-        "count(*) from rounds where deployment_id = ?", [deployment_id]).fetchone()
+        "select coalesce(sum(num_rounds - num_spec_rounds - fully_invalidated_rounds), 0), "
+        "coalesce(sum(num_rounds), 0) from request_rounds where deployment_id = ?", [deployment_id]).fetchone()
     if no_draft[1] and no_draft[0] / no_draft[1] > NO_DRAFT_NOTE_SHARE:
         notes.append(f"{no_draft[0] / no_draft[1]:.1%} of {deployment_id}'s rounds proposed no draft (no match, "
                      f"or speculation off). E[L](γ) counts every round as drafting γ, so the predictions "

@@ -76,7 +76,8 @@ def dependency_order(views: dict[str, View]) -> list[str]:
         raise ViewError("views form a cycle: " + " -> ".join(cycle)) from None
 
 
-def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N) -> None:
+def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N,
+                  sql_dir: Path | None = None) -> None:
     """Macros the views call. They are stored in the database, so plain duckdb has them too.
 
     ``ngram_hash(s, i)`` hashes the (n+1)-gram of list ``s`` ending at 1-based index i.
@@ -88,6 +89,9 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
     parts = ", ".join(f"s[i - {j}]" for j in range(repeat_n, 0, -1))
     con.execute(f"create or replace macro repeat_n() as {repeat_n}")
     con.execute(f"create or replace macro ngram_hash(s, i) as hash({parts}, s[i])")
+    macros = (sql_dir or resource_dir("sql")) / "macros.sql"
+    if macros.is_file():
+        con.execute(macros.read_text(encoding="utf-8"))
 
 
 def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
@@ -96,7 +100,7 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
 
     ``progress`` is told about each materialised table: those are the long steps.
     """
-    create_macros(con, repeat_n)
+    create_macros(con, repeat_n, sql_dir)
     views = discover_views(sql_dir)
     order = dependency_order(views)
     for name in order:

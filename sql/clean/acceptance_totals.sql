@@ -1,8 +1,9 @@
--- Acceptance sums for every grouping the reports use, from one pass over the rounds.
+-- Acceptance sums for every grouping the reports use.
 -- Grain: one row per (grouping, deployment_id, group_value); grouping is one of
--- materialized: table
 -- deployment, category, temperature_bucket, structured_output.
 --
+-- Every label here belongs to a request, so each group is a sum over request_rounds
+-- (one row per request), and num_requests counts its rows.
 -- Every ratio is a ratio of sums (metrics.md): C = Σ accepted over speculative
 -- rounds, which equals Σ accepted over all rounds because accepted ≤ drafted.
 with grouped as (
@@ -15,19 +16,18 @@ with grouped as (
         end as grouping,
         deployment_id,
         coalesce(category, temperature_bucket, cast(structured_output as varchar)) as group_value,
-        count(*) as num_rounds,
-        count(*) filter (where num_draft_tokens > 0) as num_spec_rounds,
+        sum(num_rounds) as num_rounds,
+        sum(num_spec_rounds) as num_spec_rounds,
         sum(num_draft_tokens) as num_draft_tokens,
         sum(num_accepted_tokens) as num_accepted_tokens,
         sum(num_invalidated_tokens) as num_invalidated_tokens,
         sum(num_committed_tokens) as num_committed_tokens,
-        count(*) filter (where num_committed_tokens < num_accepted_tokens + 1) as truncated_rounds,
-        coalesce(sum(num_accepted_tokens + 1 - num_committed_tokens)
-            filter (where num_committed_tokens < num_accepted_tokens + 1), 0) as truncated_tokens,
+        sum(truncated_rounds) as truncated_rounds,
+        sum(truncated_tokens) as truncated_tokens,
         sum(num_verified_nodes) as num_verified_nodes,
-        count(*) filter (where num_draft_tokens = 0 and num_invalidated_tokens > 0) as fully_invalidated_rounds,
-        count(distinct request_uid) as num_requests
-    from round_facts
+        sum(fully_invalidated_rounds) as fully_invalidated_rounds,
+        count(*) as num_requests
+    from request_rounds
     group by grouping sets (
         (deployment_id),
         (deployment_id, category),

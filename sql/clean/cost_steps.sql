@@ -13,34 +13,24 @@
 -- cuts it equals drafted_gamma, the common num_draft_tokens.
 with per_step as (
     select
-        r.deployment_id,
-        r.step_uid,
-        count(*) as num_rounds,
-        sum(coalesce(r.num_verified_nodes, r.num_draft_tokens) + 1) as tokens_verified,
-        sum(r.num_draft_tokens) as num_draft_tokens,
-        sum(coalesce(r.num_verified_nodes, r.num_draft_tokens)) as num_verified_nodes,
-        sum(coalesce(r.num_invalidated_tokens, 0)) as num_invalidated_tokens,
-        min(r.num_draft_tokens + coalesce(r.num_invalidated_tokens, 0)) as min_proposed,
-        max(r.num_draft_tokens + coalesce(r.num_invalidated_tokens, 0)) as max_proposed,
-        min(r.num_draft_tokens) as min_drafted,
-        max(r.num_draft_tokens) as max_drafted,
-        any_value(r.batch_size) as batch_size,
-        any_value(r.batch_bucket) as batch_bucket,
-        any_value(r.duration_ms) as duration_ms,
-        any_value(r.draft_ms) as draft_ms,
-        any_value(r.verify_ms) as verify_ms,
-        any_value(r.other_ms) as other_ms
-    from round_facts as r
+        r.*,
+        s.batch_size,
+        s.duration_ms,
+        s.draft_ms,
+        s.verify_ms,
+        case when s.draft_ms + s.verify_ms <= s.duration_ms then s.duration_ms - s.draft_ms - s.verify_ms end
+            as other_ms
+    from step_rounds as r
+    join steps as s on s.step_uid = r.step_uid
     join deployments as d on d.deployment_id = r.deployment_id
-    where r.has_step and r.decode_only and d.method <> 'none'
-    group by r.deployment_id, r.step_uid
+    where s.num_prefill_tokens = 0 and d.method <> 'none'
 )
 
 select
     deployment_id,
     step_uid,
     batch_size,
-    batch_bucket,
+    batch_bucket(batch_size) as batch_bucket,
     num_rounds,
     tokens_verified,
     num_draft_tokens,

@@ -13,17 +13,17 @@ select
     batch_bucket,
     context_bucket,
     category,
-    min(batch_size) as min_batch_size,
-    max(batch_size) as max_batch_size,
-    count(*) as num_rounds,
-    count(*) filter (where num_draft_tokens > 0) as num_spec_rounds,
+    min(min_batch_size) as min_batch_size,
+    max(max_batch_size) as max_batch_size,
+    sum(num_rounds) as num_rounds,
+    sum(num_spec_rounds) as num_spec_rounds,
     sum(num_accepted_tokens) as num_accepted_tokens,
     sum(num_committed_tokens) as num_committed_tokens,
     sum(duration_ms) as time_ms,
-    avg(draft_ms) as draft_ms,
-    avg(verify_ms) as verify_ms,
-    avg(other_ms) as other_ms
-from round_facts
+    sum(draft_ms) / nullif(sum(draft_n), 0) as draft_ms,
+    sum(verify_ms) / nullif(sum(verify_n), 0) as verify_ms,
+    sum(other_ms) / nullif(sum(other_n), 0) as other_ms
+from round_cells
 where has_step and decode_only
 group by grouping sets (
     (deployment_id, batch_bucket),

@@ -3,16 +3,15 @@
 -- Grain: one row per deployment_id, metric that has at least one value.
 -- materialized: table
 --
--- The streaming gaps need one ordered pass over the rounds (itl_gaps); the CTE is
--- materialized so the pooled itl and the per-request max_stall share that pass.
-with gaps as materialized (
-    select deployment_id, request_uid, gap_ms
-    from itl_gaps
-),
-
-stalls as (
-    select deployment_id, request_uid, max(gap_ms) as max_stall_ms
-    from gaps
+-- The gaps come from request_rounds (one list per request), so no pass here
+-- reads the rounds.
+with stalls as (
+    select deployment_id, max_stall_ms
+    from request_rounds
+    where packed and max_stall_ms is not null
+    union all
+    select deployment_id, max(gap_ms)
+    from request_gaps_unpacked
     group by deployment_id, request_uid
 ),
 
@@ -25,7 +24,7 @@ samples as (
     union all
     select deployment_id, 'max_stall', max_stall_ms from stalls
     union all
-    select deployment_id, 'itl', gap_ms from gaps
+    select deployment_id, 'itl', gap_ms from itl_gaps
 )
 
 select

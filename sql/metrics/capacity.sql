@@ -15,10 +15,8 @@ with request_totals as (
 ),
 
 step_drafts as (
-    select step_uid, sum(num_draft_tokens) as draft_tokens
-    from rounds
-    where step_uid is not null
-    group by step_uid
+    select step_uid, num_draft_tokens as draft_tokens
+    from step_rounds
 ),
 
 step_totals as (

@@ -2,13 +2,10 @@
 -- vLLM's per-position rate, and the marginal gain Π_{j≤i} a_j = ΔE[L] of position i.
 -- Grain: one row per deployment_id, position (1 … max num_draft_tokens).
 --
--- Works from the (drafted, accepted) histogram, so the rounds are scanned once
--- whatever γ is.
+-- Works from the (drafted, accepted) histogram (round_histogram).
 with histogram as (
-    select deployment_id, num_draft_tokens as d, num_accepted_tokens as k, count(*) as n
-    from rounds
-    where num_draft_tokens > 0
-    group by all
+    select deployment_id, d, k, n
+    from round_histogram
 ),
 
 spec_rounds as (

@@ -23,14 +23,14 @@ round_times as (
     select
         deployment_id,
         sum(num_committed_tokens) as all_committed,
-        count(*) filter (where has_step) as rounds_with_step,
-        count(*) filter (where has_step and not decode_only) as prefill_rounds,
-        count(*) filter (where parts_overlap) as overlapping_rounds,
-        avg(duration_ms) as round_ms_mean,
-        avg(draft_ms) as round_ms_draft,
-        avg(verify_ms) as round_ms_verify,
-        avg(other_ms) as round_ms_other
-    from round_facts
+        coalesce(sum(num_rounds) filter (where has_step), 0) as rounds_with_step,
+        coalesce(sum(num_rounds) filter (where has_step and not decode_only), 0) as prefill_rounds,
+        coalesce(sum(num_rounds) filter (where parts_overlap), 0) as overlapping_rounds,
+        sum(duration_ms) / nullif(sum(duration_n), 0) as round_ms_mean,
+        sum(draft_ms) / nullif(sum(draft_n), 0) as round_ms_draft,
+        sum(verify_ms) / nullif(sum(verify_n), 0) as round_ms_verify,
+        sum(other_ms) / nullif(sum(other_n), 0) as round_ms_other
+    from round_cells
     group by deployment_id
 )
 
