@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from .load import LoadSummary, Progress, StructuralError, load_traces, read_summary
+from .load import LoadSummary, Progress, StructuralError, confirm_rounds, load_traces, read_summary
 from .views import DEFAULT_REPEAT_N, create_views
 
 DEFAULT_MEMORY_LIMIT = "3GB"
@@ -76,11 +76,14 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     scratch.unlink()  # DuckDB creates the file itself
     con = connect(scratch, memory_limit=memory_limit)
     try:
-        summary = load_traces(con, traces, date=date, progress=progress)
+        # Without views nothing would confirm rounds read in place, so validate copies them.
+        summary = load_traces(con, traces, date=date, progress=progress, rounds_as_view=views)
         if views:
             if progress:
                 progress("creating views")
             create_views(con, repeat_n=repeat_n, progress=progress)
+            if confirm_rounds(con, summary, progress):
+                create_views(con, repeat_n=repeat_n, progress=progress)
     except BaseException:
         Workspace(con, None, scratch).close()
         raise

@@ -80,6 +80,8 @@ class LoadSummary:
     rows_clean: dict[str, int]
     present: dict[str, bool]
     rejected: dict[str, dict[str, int]]
+    # rounds loaded as a view whose key rules are not yet confirmed (see confirm_rounds)
+    pending: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def rejected_total(self) -> int:
@@ -223,16 +225,25 @@ def load_traces(
     *,
     date: str | None = None,
     progress: Progress | None = None,
+    rounds_as_view: bool = False,
 ) -> LoadSummary:
-    """Build the clean tables, ``rejected_rows`` and the metadata tables in ``con``."""
+    """Build the clean tables, ``rejected_rows`` and the metadata tables in ``con``.
+
+    With ``rounds_as_view`` the rounds are not copied: ``rounds`` is a view over
+    the Parquet files as long as one counting pass finds no row that breaks a row
+    rule. Duplicate keys and unknown parents are then still unconfirmed: the
+    caller builds the aggregates and calls ``confirm_rounds``, which falls back to
+    the copying path (``reload_rounds_exactly``) when they find any.
+    """
     say = progress or (lambda _msg: None)
     con.execute("set TimeZone = 'UTC'")
     found = discover(Path(traces), date=date)
     say("checking structure")
     check_structure(con, found)
     schemas = load_schemas()
+    copied = [t for t in TABLE_ORDER if not (rounds_as_view and t == "rounds")]
 
-    for table in TABLE_ORDER:
+    for table in copied:
         entry = found[table]
         say(f"reading {table} ({len(entry.files)} file{'s' if len(entry.files) != 1 else ''})")
         _execute(con, rules.raw_table_sql(schemas[table], _plan(entry, schemas[table], found)), entry)
@@ -240,25 +251,106 @@ def load_traces(
     rejected: dict[str, dict[str, int]] = {}
     rows_read: dict[str, int] = {}
     con.execute("create or replace table rejected_rows (table_name varchar, row_key varchar, reason varchar)")
-    for table in TABLE_ORDER:
+    for table in copied:
         say(f"applying row rules to {table}")
-        schema = schemas[table]
-        plan = _plan(found[table], schema, found)
-        rows_read[table] = con.execute(f"select count(*) from _raw_{table}").fetchone()[0]
-        con.execute(rules.rejected_sql(schema, plan))
-        con.execute(f"insert into rejected_rows select table_name, row_key, reason from _rejected_{table}")
-        rejected[table] = dict(con.execute(
-            f"select reason, count(*) from _rejected_{table} group by reason order by reason").fetchall())
+        rows_read[table], rejected[table] = _apply_rules(con, schemas[table], _plan(found[table], schemas[table], found))
     # Every table's rules are applied before any is cleaned: unknown_* reads parents as read.
-    for table in TABLE_ORDER:
-        for statement in rules.clean_table_sql(schemas[table], _plan(found[table], schemas[table], found)):
-            con.execute(statement)
-        con.execute(f"drop table _rejected_{table}")
+    for table in copied:
+        _clean(con, schemas[table], _plan(found[table], schemas[table], found))
+
+    pending = False
+    if rounds_as_view:
+        schema, plan = schemas["rounds"], _plan(found["rounds"], schemas["rounds"], found)
+        say(f"reading rounds ({len(found['rounds'].files)} files, in place: counting row-rule breaks)")
+        _execute(con, rules.raw_table_sql(schema, plan, view="rounds"), found["rounds"])
+        total, breaking = _execute(con, rules.row_rule_count_sql(schema, plan, "rounds"), found["rounds"]).fetchone()
+        rows_read["rounds"], rejected["rounds"] = total, {}
+        if breaking:
+            say(f"{breaking} rounds break a row rule: copying the rounds to reject them")
+            rows_read["rounds"], rejected["rounds"] = _load_rounds_exactly(con, found, schemas)
+        else:
+            pending = found["rounds"].present
 
     rows_clean = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLE_ORDER}
     _write_metadata(con, found, schemas, rows_read, rows_clean)
     _load_import_notes(con, Path(traces))
-    return LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected)
+    summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected)
+    summary.pending = (found, schemas) if pending else None
+    return summary
+
+
+def _apply_rules(con, schema: TableSchema, plan: rules.TablePlan,
+                 parents: dict[str, str] | None = None) -> tuple[int, dict[str, int]]:
+    """Find a copied table's rejected rows: ``(rows read, rejected rows by reason)``."""
+    table = schema.table
+    rows = con.execute(f"select count(*) from _raw_{table}").fetchone()[0]
+    con.execute(rules.rejected_sql(schema, plan, parents))
+    con.execute(f"insert into rejected_rows select table_name, row_key, reason from _rejected_{table}")
+    return rows, dict(con.execute(
+        f"select reason, count(*) from _rejected_{table} group by reason order by reason").fetchall())
+
+
+def _clean(con, schema: TableSchema, plan: rules.TablePlan) -> None:
+    for statement in rules.clean_table_sql(schema, plan):
+        con.execute(statement)
+    con.execute(f"drop table _rejected_{schema.table}")
+
+
+def _load_rounds_exactly(con, found: dict[str, TableFiles], schemas) -> tuple[int, dict[str, int]]:
+    """Copy the rounds, reject rows exactly as the row rules say, keep the rest as ``rounds``."""
+    schema, entry = schemas["rounds"], found["rounds"]
+    plan = _plan(entry, schema, found)
+    con.execute("drop view if exists rounds")
+    _execute(con, rules.raw_table_sql(schema, plan), entry)
+    # The parents are clean by now: as read, they are their clean rows plus the rejected copies.
+    parents = {ref.table: rules.parents_as_read_sql(ref.table) for ref in schema.references}
+    result = _apply_rules(con, schema, plan, parents)
+    _clean(con, schema, plan)
+    return result
+
+
+def unconfirmed_rounds(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """What the row rules not yet applied to the uncopied rounds would find, from the
+    aggregates (request_rounds, step_rounds): duplicate keys and parents that were
+    never read. Each count is an upper bound; only zero everywhere confirms the rounds."""
+    def parent_missing(relation: str, uid: str, parent: str) -> int:
+        return con.execute(
+            f"select count(*) from {relation} as r where r.{uid} is not null "
+            f"and r.{uid} not in (select {uid} from {rules.parents_as_read_sql(parent)})").fetchone()[0]
+
+    present = dict(con.execute("select table_name, present from trace_tables").fetchall())
+    found = {
+        "duplicate_key": con.execute("select coalesce(sum(duplicate_rounds), 0) from request_rounds").fetchone()[0],
+        "unknown_deployment": con.execute(
+            "select count(*) from (select distinct deployment_id from request_rounds) as r "
+            f"where r.deployment_id not in (select deployment_id from {rules.parents_as_read_sql('deployments')})"
+        ).fetchone()[0],
+    }
+    if present.get("requests"):
+        found["unknown_request"] = parent_missing("request_rounds", "request_uid", "requests")
+    if present.get("steps"):
+        found["unknown_step"] = parent_missing("step_rounds", "step_uid", "steps")
+    return {reason: n for reason, n in found.items() if n}
+
+
+def confirm_rounds(con: duckdb.DuckDBPyConnection, summary: LoadSummary,
+                   progress: Progress | None = None) -> bool:
+    """Settle rounds loaded as a view. Returns True when they had to be copied and
+    filtered (then every aggregate built from them must be built again)."""
+    if summary.pending is None:
+        return False
+    found, schemas = summary.pending
+    summary.pending = None
+    suspects = unconfirmed_rounds(con)
+    if not suspects:
+        return False
+    if progress:
+        progress("rounds may break a key rule (" + ", ".join(f"{r} {n}" for r, n in suspects.items())
+                 + "): copying the rounds to reject them")
+    summary.rows_read["rounds"], summary.rejected["rounds"] = _load_rounds_exactly(con, found, schemas)
+    summary.rows_clean["rounds"] = con.execute("select count(*) from rounds").fetchone()[0]
+    _write_metadata(con, found, schemas, summary.rows_read, summary.rows_clean)
+    return True
 
 
 def _plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) -> rules.TablePlan:
@@ -281,9 +373,9 @@ def _plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) 
     )
 
 
-def _execute(con, sql: str, entry: TableFiles) -> None:
+def _execute(con, sql: str, entry: TableFiles):
     try:
-        con.execute(sql)
+        return con.execute(sql)
     except duckdb.Error as exc:
         culprit = _unreadable_file(con, entry)
         raise StructuralError(culprit or entry.files[0].parent, entry.table, None,

@@ -143,18 +143,23 @@ def _partition_columns(schema: TableSchema, plan: TablePlan) -> tuple[str, ...]:
     return tuple(p for p in plan.partitions if p not in schema.column_names)
 
 
-def raw_table_sql(schema: TableSchema, plan: TablePlan) -> str:
-    """One scan of the table's files into ``_raw_<table>``, typed and defaulted."""
+def raw_table_sql(schema: TableSchema, plan: TablePlan, *, view: str | None = None) -> str:
+    """One scan of the table's files into ``_raw_<table>``, typed and defaulted.
+
+    With ``view``, the same select becomes a view of that name over the files
+    instead: nothing is copied, and every query reads the Parquet directly.
+    """
     exprs = _column_exprs(schema, plan)
     select = [f"{expr} as {q(name)}" for name, expr in exprs.items()]
     select += [f"{q(c)} as {q('input_' + c)}" if c in DERIVED_COLUMNS else q(c) for c in plan.extra_columns]
     select += [q(p) for p in _partition_columns(schema, plan)]
     select += [f"{expr} as {name}" for name, expr in _link_columns(schema, plan, exprs).items()]
     columns = ",\n  ".join(select)
+    target = f"view {q(view)}" if view else f"table _raw_{schema.table}"
     if not plan.files:
-        return f"create or replace table _raw_{schema.table} as select\n  {columns}\nwhere false"
+        return f"create or replace {target} as select\n  {columns}\nwhere false"
     hive = "true" if plan.partitions else "false"
-    return (f"create or replace table _raw_{schema.table} as select\n  {columns}\n"
+    return (f"create or replace {target} as select\n  {columns}\n"
             f"from read_parquet({_file_list(plan.files)}, union_by_name = true, hive_partitioning = {hive})")
 
 
@@ -176,8 +181,18 @@ def _null_required(schema: TableSchema) -> str:
     return " or ".join(f"r.{q(c)} is null" for c in schema.required_columns)
 
 
-def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
-    """``_rejected_<table>(table_name, row_key, reason, _specan_row)``: one row per rejected row."""
+def parents_as_read_sql(table: str) -> str:
+    """A parent table as read, once it is clean: its clean rows and the copies of its rejected ones."""
+    return f"(select * from {table} union all by name select * from _rejected_copy_{table})"
+
+
+def rejected_sql(schema: TableSchema, plan: TablePlan, parents: dict[str, str] | None = None) -> str:
+    """``_rejected_<table>(table_name, row_key, reason, _specan_row)``: one row per rejected row.
+
+    ``parents`` maps a parent table to the relation that holds it as read
+    (default ``_raw_<parent>``, while it is not yet clean).
+    """
+    parents = parents or {}
     if schema.merge_identical_rows:
         return _rejected_merged_sql(schema, plan)
     keys = _key_columns(schema, plan)
@@ -207,7 +222,7 @@ def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
         columns = ref.columns + plan.shared_partitions.get(ref.table, ())
         ctes.append(
             f"p{i} as (select distinct " + ", ".join(f"{q(c)} as _p{j}" for j, c in enumerate(columns))
-            + f", true as _found from _raw_{ref.table})")
+            + f", true as _found from {parents.get(ref.table, '_raw_' + ref.table)})")
         joins.append(f"left join p{i} on " + " and ".join(f"r.{q(c)} = p{i}._p{j}" for j, c in enumerate(columns)))
         unless = f"r.{q(ref.unless_null)} is not null and " if ref.unless_null else ""
         cases.append(f"when {unless}p{i}._found is null then {lit(ref.reason)}")
@@ -217,6 +232,23 @@ def rejected_sql(schema: TableSchema, plan: TablePlan) -> str:
         "    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._specan_row\n"
         "  from r\n  " + "\n  ".join(joins) + "\n) where reason is not null"
     )
+
+
+def row_rule_count_sql(schema: TableSchema, plan: TablePlan, relation: str) -> str:
+    """``(rows, rows_breaking_a_row_rule)`` of ``relation``: one aggregate pass.
+
+    Only the rules that look at a row alone (null_required, negative_count and the
+    table's own); duplicate keys and unknown parents are counted from the
+    per-request and per-step aggregates instead (``load.unconfirmed_rounds``).
+    """
+    conditions = [_null_required(schema)]
+    if schema.negative_count and schema.count_columns:
+        conditions += [f"r.{q(c)} < 0" for c in schema.count_columns]
+    conditions += [f"({rule.when})" for rule in schema.rules]
+    cte = _implicit_stop_cte(schema, plan).replace(f"from _raw_{schema.table}", f"from {relation}")
+    cte = cte.replace(", rowid as _specan_row", "")
+    return (f"with {cte}\nselect count(*), count(*) filter (where coalesce("
+            + " or ".join(conditions) + ", false)) from r")
 
 
 def _implicit_stop_cte(schema: TableSchema, plan: TablePlan) -> str:
@@ -256,14 +288,16 @@ def clean_table_sql(schema: TableSchema, plan: TablePlan) -> list[str]:
     materialised once, not copied.
     """
     t = schema.table
+    keep = (f"create or replace table _rejected_copy_{t} as select * from _raw_{t} "
+            f"where rowid in (select _specan_row from _rejected_{t})")
     if schema.merge_identical_rows:
         (key,) = schema.key
         drop = ", ".join(["_specan_row"] + [q(p) for p in _partition_columns(schema, plan)])
-        return [f"create or replace table {t} as select * exclude ({drop}) "
+        return [keep, f"create or replace table {t} as select * exclude ({drop}) "
                 f"from (select *, rowid as _specan_row from _raw_{t}) r "
                 f"anti join _rejected_{t} j on r._specan_row = j._specan_row "
                 f"qualify row_number() over (partition by r.{q(key)} order by r._specan_row) = 1",
                 f"drop table _raw_{t}"]
-    return [f"delete from _raw_{t} where rowid in (select _specan_row from _rejected_{t})",
+    return [keep, f"delete from _raw_{t} where rowid in (select _specan_row from _rejected_{t})",
             f"drop table if exists {t}",
             f"alter table _raw_{t} rename to {t}"]
