@@ -81,9 +81,9 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
         if views:
             if progress:
                 progress("creating views")
-            create_views(con, repeat_n=repeat_n, progress=progress)
+            create_views(con, repeat_n=repeat_n, progress=progress, temporary=True)
             if confirm_rounds(con, summary, progress):
-                create_views(con, repeat_n=repeat_n, progress=progress)
+                create_views(con, repeat_n=repeat_n, progress=progress, temporary=True)
     except BaseException:
         Workspace(con, None, scratch).close()
         raise

@@ -320,7 +320,7 @@ def unconfirmed_rounds(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
     present = dict(con.execute("select table_name, present from trace_tables").fetchall())
     found = {
-        "duplicate_key": con.execute("select coalesce(sum(duplicate_rounds), 0) from request_rounds").fetchone()[0],
+        "duplicate_key": con.execute("select count(*) from request_rounds where has_duplicate_round is not false").fetchone()[0],
         "unknown_deployment": con.execute(
             "select count(*) from (select distinct deployment_id from request_rounds) as r "
             f"where r.deployment_id not in (select deployment_id from {rules.parents_as_read_sql('deployments')})"

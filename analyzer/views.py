@@ -95,7 +95,7 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
 
 
 def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
-                 repeat_n: int = DEFAULT_REPEAT_N, progress=None) -> list[str]:
+                 repeat_n: int = DEFAULT_REPEAT_N, progress=None, temporary: bool = False) -> list[str]:
     """Create the macros and every view; returns the view names in creation order.
 
     ``progress`` is told about each materialised table: those are the long steps.
@@ -105,7 +105,7 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
     order = dependency_order(views)
     for name in order:
         view = views[name]
-        kind = "table" if view.materialized else "view"
+        kind = ("temp table" if temporary else "table") if view.materialized else "view"
         if view.materialized and progress:
             progress(f"computing {name}")
         try:

@@ -40,28 +40,42 @@ create or replace macro temperature_bucket(temperature) as
     end;
 
 -- Streaming gaps from packed emission keys (request_rounds). A key is
---     round_idx · 2^42 + 2^41 + (end_us mod 2^41)
--- and keys are sorted, so they run in round_idx order. The gap to the previous
--- emission is the difference of the low 41 bits mod 2^41, brought back into
--- [-2^40, 2^40): exact while a request's emissions span less than 2^40 µs.
--- The first gap runs from the first token (first_token_us, when known) to the
--- first emission, whose full time is rebuilt from first_end_us, the earliest.
+--     round_idx · 2^43 + 2^41 + (end_us mod 2^41)
+-- and keys are sorted, so they run in round_idx order.
+--
+-- packed_key_gap_us(d): the gap between two adjacent keys that differ by d. The
+-- low 42 bits of a key are under half of 2^43, so round(d / 2^43) is how far
+-- round_idx moved; the rest is the difference of end times mod 2^41, brought back
+-- into [-2^40, 2^40): exact while a request's emissions span less than 2^40 µs.
+create or replace macro packed_key_gap_us(d) as
+    ((d - (d + 4398046511104) // 8796093022208 * 8796093022208) % 2199023255552 + 2199023255552 + 1099511627776)
+        % 2199023255552 - 1099511627776;
+
+-- The first gap runs from the first token (first_token_us, when known) to the first
+-- emission, whose full time is rebuilt from first_end_us, the earliest emission.
+create or replace macro packed_first_gap_us(keys, first_end_us, first_token_us) as
+    case
+        when first_token_us is not null and len(keys) > 0
+            then [first_end_us + ((keys[1] % 2199023255552 - first_end_us) % 2199023255552 + 2199023255552)
+                  % 2199023255552 - first_token_us]
+        else []
+    end;
+
+-- All gaps of a request from its emission keys alone (when some rounds do not emit).
 create or replace macro packed_gaps_us(keys, first_end_us, first_token_us) as
     list_concat(
-        case
-            when first_token_us is not null and len(keys) > 0
-                then [first_end_us + ((keys[1] % 2199023255552 - first_end_us) % 2199023255552 + 2199023255552)
-                      % 2199023255552 - first_token_us]
-            else []
-        end,
-        list_transform(range(2, len(keys) + 1), lambda i:
-            ((keys[i] % 2199023255552 - keys[i - 1] % 2199023255552) % 2199023255552 + 2199023255552
-             + 1099511627776) % 2199023255552 - 1099511627776)
+        packed_first_gap_us(keys, first_end_us, first_token_us),
+        list_transform(range(2, len(keys) + 1), lambda i: packed_key_gap_us(keys[i] - keys[i - 1]))
     );
 
--- The round_idx of each gap's later emission, in the order of packed_gaps_us.
+-- The round_idx of each gap's later emission, in the order of the gaps.
 create or replace macro packed_gap_rounds(keys, first_token_us) as
     list_transform(
         case when first_token_us is not null then keys else keys[2:] end,
-        lambda k: cast(k // 4398046511104 as integer)
+        lambda k: cast(k // 8796093022208 as integer)
     );
+
+-- When a step ended: its start plus its duration, to the microsecond. A round's
+-- tokens reach the user then (streaming gaps).
+create or replace macro step_end_time(start_time, duration_ms) as
+    start_time + to_microseconds(cast(round(duration_ms * 1000) as bigint));

@@ -11,7 +11,7 @@ select
     deployment_id,
     request_uid,
     unnest(packed_gap_rounds(emission_keys, first_token_us)) as round_idx,
-    unnest(packed_gaps_us(emission_keys, first_end_us, first_token_us)) / 1000.0 as gap_ms
+    unnest(gaps_us) / 1000.0 as gap_ms
 from request_rounds
 where packed
 union all

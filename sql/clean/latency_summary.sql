@@ -3,8 +3,8 @@
 -- Grain: one row per deployment_id, metric that has at least one value.
 -- materialized: table
 --
--- The gaps come from request_rounds (one list per request), so no pass here
--- reads the rounds.
+-- The gaps come from request_rounds (one list per request; itl_gaps without the
+-- round_idx it does not need), so no pass here reads the rounds.
 with stalls as (
     select deployment_id, max_stall_ms
     from request_rounds
@@ -24,7 +24,9 @@ samples as (
     union all
     select deployment_id, 'max_stall', max_stall_ms from stalls
     union all
-    select deployment_id, 'itl', gap_ms from itl_gaps
+    select deployment_id, 'itl', unnest(gaps_us) / 1000.0 from request_rounds where packed
+    union all
+    select deployment_id, 'itl', gap_ms from request_gaps_unpacked
 )
 
 select

@@ -42,7 +42,7 @@ select
     r.context_len,
     s.step_uid is not null as has_step,
     q.request_uid is not null as has_request,
-    s.start_time + to_microseconds(cast(round(s.duration_ms * 1000) as bigint)) as end_time,
+    step_end_time(s.start_time, s.duration_ms) as end_time,
     s.duration_ms,
     s.draft_ms,
     s.verify_ms,

@@ -1,0 +1,191 @@
+"""The fast path over the rounds (analyzer/load.py, sql/clean/request_rounds.sql):
+rounds read in place, key rules confirmed from the aggregates, streaming gaps from
+per-request packed keys. Every shortcut is checked against the exact definition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzer.api import open_traces
+from tracebuilder import at, deployment, request, round_row, step, write_traces
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The streaming gaps by their definition (metrics.md): an ordered window over every
+# emission of a clean request, the first token included.
+WINDOW_GAPS = """
+with emissions as (
+    select request_uid, -1 as round_idx, first_token_time as emitted_at
+    from requests where first_token_time is not null
+    union all
+    select f.request_uid, f.round_idx, f.end_time
+    from round_facts as f semi join requests as q on q.request_uid = f.request_uid
+    where f.num_committed_tokens > 0 and f.end_time is not null
+),
+ordered as (
+    select request_uid, round_idx, emitted_at,
+           lag(emitted_at) over (partition by request_uid order by round_idx) as previous_at
+    from emissions
+)
+select request_uid, round_idx, date_diff('microsecond', previous_at, emitted_at) / 1000.0
+from ordered where previous_at is not null
+"""
+
+
+@pytest.fixture
+def load(tmp_path):
+    opened = []
+
+    def _load(**tables):
+        tables.setdefault("deployments", [deployment("a")])
+        write_traces(tmp_path, **tables)
+        ws = open_traces(tmp_path)
+        opened.append(ws)
+        return ws
+
+    yield _load
+    for ws in opened:
+        ws.close()
+
+
+def rounds_kind(ws) -> str:
+    if ws.con.execute("select count(*) from duckdb_views() where view_name = 'rounds'").fetchone()[0]:
+        return "view"
+    return "table"
+
+
+def rejected(ws):
+    return sorted(ws.con.execute("select table_name, row_key, reason from rejected_rows").fetchall())
+
+
+def gaps(ws, sql="select request_uid, round_idx, gap_ms from itl_gaps"):
+    return sorted(ws.con.execute(sql).fetchall())
+
+
+def test_clean_rounds_are_read_in_place(load):
+    ws = load(requests=[request("a", "r1")], steps=[step("a", 1), step("a", 2)],
+              rounds=[round_row("a", "r1", 0, 2, 1, step_id=1), round_row("a", "r1", 1, 2, 2, step_id=2,
+                                                                             stop_reason="eos")])
+    assert rounds_kind(ws) == "view"
+    assert rejected(ws) == []
+    assert ws.summary.rows_read["rounds"] == ws.summary.rows_clean["rounds"] == 2
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("duplicate", [("rounds", "deployment_id=a, request_id=r1, round_idx=1", "duplicate_key")] * 2),
+    ("unknown_request", [("rounds", "deployment_id=a, request_id=nobody, round_idx=0", "unknown_request")]),
+    ("unknown_step", [("rounds", "deployment_id=a, request_id=r1, round_idx=1", "unknown_step")]),
+    ("unknown_deployment", [("rounds", "deployment_id=ghost, request_id=r1, round_idx=0", "unknown_deployment")]),
+])
+def test_key_rules_found_by_the_aggregates_fall_back_to_the_exact_rules(load, case, expected):
+    rounds = [round_row("a", "r1", 0, 2, 1, step_id=1), round_row("a", "r1", 1, 2, 2, step_id=2)]
+    if case == "duplicate":
+        rounds.append(round_row("a", "r1", 1, 2, 0, step_id=2))
+    elif case == "unknown_request":
+        rounds.append(round_row("a", "nobody", 0, 2, 1, step_id=1))
+    elif case == "unknown_step":
+        rounds[1]["step_id"] = 99
+    else:
+        rounds.append(round_row("ghost", "r1", 0, 2, 1))
+    ws = load(requests=[request("a", "r1")], steps=[step("a", 1), step("a", 2)],
+              rounds=[dict(r, stop_reason=None) for r in rounds])
+    # no row rule alone breaks: only the key rules, confirmed after the aggregates, find these
+    assert rejected(ws) == sorted(expected)
+    assert rounds_kind(ws) == "table"
+    assert ws.summary.rejected["rounds"] == {expected[0][2]: len(expected)}
+    assert ws.summary.rows_clean["rounds"] == len(rounds) - len(expected)
+    # the aggregates were built again from the clean rounds
+    assert ws.con.execute("select sum(num_rounds) from request_rounds").fetchone()[0] == len(rounds) - len(expected)
+
+
+def test_a_round_whose_parent_was_rejected_is_not_unknown(load):
+    # the request breaks time_order and the step negative_duration: both are parents as read
+    ws = load(requests=[request("a", "r1", arrival=50.0, first=10.0)],
+              steps=[step("a", 1, duration_ms=-1.0)],
+              rounds=[round_row("a", "r1", 0, 2, 1, step_id=1, stop_reason="eos")])
+    assert rejected(ws) == [("requests", "deployment_id=a, request_id=r1", "time_order"),
+                            ("steps", "deployment_id=a, step_id=1", "negative_duration")]
+    assert rounds_kind(ws) == "view"
+    assert ws.con.execute("select has_request, num_rounds from request_rounds").fetchall() == [(False, 1)]
+
+
+def test_a_row_rule_copies_the_rounds_at_once(load):
+    ws = load(rounds=[round_row("a", "r1", 0, 2, 3, stop_reason="eos")])
+    assert rejected(ws) == [("rounds", "deployment_id=a, request_id=r1, round_idx=0", "accepted_exceeds_drafted")]
+    assert rounds_kind(ws) == "table"
+
+
+def test_requests_outside_the_packing_bounds_take_the_exact_window(load):
+    # r_far: round_idx beyond 2^20; r_long: emissions 13 days apart (over 2^40 µs).
+    # (A negative round_idx is rejected as negative_count.) Gaps by hand from step end times.
+    day = 86_400_000.0
+    ws = load(
+        requests=[request("a", "r_far", first=100.0), request("a", "r_long", first=100.0),
+                  request("a", "r_ok", first=100.0)],
+        steps=[step("a", 1, 10.0, start_ms=110.0),          # ends 120
+               step("a", 2, 10.0, start_ms=150.0),          # ends 160
+               step("a", 3, 10.0, start_ms=13 * day),       # ends 13 days + 10 ms
+               step("a", 4, 5.0, start_ms=200.0)],          # ends 205
+        rounds=[round_row("a", "r_far", 0, 1, 0, step_id=1), round_row("a", "r_far", 2_000_000, 1, 0, step_id=2),
+                round_row("a", "r_long", 0, 1, 0, step_id=1), round_row("a", "r_long", 1, 1, 0, step_id=3),
+                round_row("a", "r_ok", 0, 1, 0, step_id=1), round_row("a", "r_ok", 7, 1, 0, step_id=4)],
+    )
+    # duplicates are checked on the packed keys: beyond 2^20 the rounds are copied and checked exactly
+    assert rounds_kind(ws) == "table" and rejected(ws) == []
+    packed = dict(ws.con.execute("select request_id, packed from request_rounds").fetchall())
+    assert packed == {"r_far": False, "r_long": False, "r_ok": True}
+    got = {(rid, idx): ms for rid, idx, ms in ws.con.execute(
+        "select q.request_id, g.round_idx, g.gap_ms from itl_gaps g join requests q using (request_uid)").fetchall()}
+    assert got == {("r_far", 0): 20.0, ("r_far", 2_000_000): 40.0,
+                   ("r_long", 0): 20.0, ("r_long", 1): 13 * day + 10.0 - 120.0,
+                   ("r_ok", 0): 20.0, ("r_ok", 7): 85.0}
+    assert gaps(ws) == gaps(ws, WINDOW_GAPS)
+    stall = dict(ws.con.execute(
+        "select q.request_id, s.max_stall_ms from request_rounds s join requests q using (request_uid) "
+        "where s.packed").fetchall())
+    assert stall == {"r_ok": 85.0}
+    latency = dict(ws.con.execute(
+        "select metric, n from latency_summary where deployment_id = 'a'").fetchall())
+    assert latency["itl"] == 6 and latency["max_stall"] == 3
+
+
+def test_sample_gaps_equal_the_window_definition():
+    ws = open_traces(ROOT / "sample_traces")
+    try:
+        assert ws.con.execute("select bool_and(packed) from request_rounds").fetchone()[0]
+        packed = gaps(ws)
+        assert len(packed) > 100_000
+        assert packed == gaps(ws, WINDOW_GAPS)
+    finally:
+        ws.close()
+
+
+# Any order of rounds, holes in round_idx, rounds that commit nothing or have no
+# step, requests without a first token: the packed keys give the window's gaps.
+round_strategy = st.tuples(st.integers(0, 40), st.sampled_from([0, 1, 2]), st.one_of(st.none(), st.integers(1, 6)))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(requests=st.lists(st.tuples(st.booleans(), st.lists(round_strategy, min_size=1, max_size=8,
+                                                          unique_by=lambda r: r[0])), min_size=1, max_size=4))
+def test_packed_gaps_equal_the_window_for_any_rounds(tmp_path_factory, requests):
+    root = tmp_path_factory.mktemp("gaps")
+    steps = [step("a", s, duration_ms=1.25 * s, start_ms=37.0 * s) for s in range(1, 7)]
+    reqs, rounds = [], []
+    for i, (has_first, rows) in enumerate(requests):
+        reqs.append(request("a", f"r{i}", arrival=0.0, first=5.0 if has_first else None, finish=1000.0))
+        for idx, committed, step_id in rows:
+            rounds.append(round_row("a", f"r{i}", idx, 2, 1, committed=committed, step_id=step_id,
+                                    stop_reason="eos"))
+    write_traces(root, deployments=[deployment("a")], requests=reqs, steps=steps, rounds=rounds)
+    ws = open_traces(root)
+    try:
+        assert rounds_kind(ws) == "view"
+        assert gaps(ws) == gaps(ws, WINDOW_GAPS)
+    finally:
+        ws.close()
