@@ -82,6 +82,8 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
             if progress:
                 progress("creating views")
             create_views(con, repeat_n=repeat_n, progress=progress, temporary=True)
+            if progress and summary.pending is not None:
+                progress("confirming the rounds' key rules from the aggregates")
             if confirm_rounds(con, summary, progress):
                 create_views(con, repeat_n=repeat_n, progress=progress, temporary=True)
     except BaseException:

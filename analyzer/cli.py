@@ -28,20 +28,49 @@ class InputError(click.ClickException):
 
 
 class Progress:
-    """Phase lines on stderr (never stdout), with elapsed seconds."""
+    """Phase lines on stderr (never stdout), with elapsed seconds.
 
-    def __init__(self, enabled: bool):
+    Each message starts a phase that lasts until the next one. With ``profile``,
+    the seconds of every phase are printed as a table when the command ends.
+    """
+
+    def __init__(self, enabled: bool, profile: bool = False):
         self.enabled = enabled
+        self.profile = profile
         self.start = time.monotonic()
+        self.phases: list[tuple[str, float]] = []
 
     def __call__(self, message: str) -> None:
+        now = time.monotonic()
+        self.phases.append((message, now))
         if self.enabled:
-            click.echo(f"[{time.monotonic() - self.start:6.1f}s] {message}", err=True)
+            click.echo(f"[{now - self.start:6.1f}s] {message}", err=True)
+
+    def table(self) -> list[tuple[str, float]]:
+        """(phase, seconds) in order, the last ending now; the time before the first phase is 'starting'."""
+        end = time.monotonic()
+        marks = [("starting", self.start)] + self.phases
+        return [(name, (marks[i + 1][1] if i + 1 < len(marks) else end) - at) for i, (name, at) in enumerate(marks)]
+
+    def print_profile(self) -> None:
+        if not self.profile:
+            return
+        rows = self.table()
+        click.echo("profile: seconds per phase", err=True)
+        for name, seconds in rows:
+            click.echo(f"{seconds:9.2f}  {name}", err=True)
+        click.echo(f"{sum(s for _, s in rows):9.2f}  total", err=True)
 
 
 def _progress_option(f):
+    f = click.option("--profile", is_flag=True, expose_value=False, callback=_remember_profile,
+                     help="When done, print the seconds of every phase on stderr.")(f)
     return click.option("--progress/--no-progress", default=None,
                         help="Show progress on stderr (default: when stderr is a terminal).")(f)
+
+
+def _remember_profile(ctx: click.Context, _param, value: bool) -> None:
+    ctx.meta["specan.profile"] = value
 
 
 def _memory_option(f):
@@ -56,7 +85,10 @@ def _repeat_n_option(f):
 
 
 def _progress(flag: bool | None) -> Progress:
-    return Progress(sys.stderr.isatty() if flag is None else flag)
+    ctx = click.get_current_context()
+    show = Progress(sys.stderr.isatty() if flag is None else flag, profile=ctx.meta.get("specan.profile", False))
+    ctx.call_on_close(show.print_profile)
+    return show
 
 
 def _fail(exc: Exception) -> InputError:
@@ -141,6 +173,7 @@ def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None
         doc = api.report_document(ws, config=config, progress=show)
     finally:
         ws.close()
+    show(f"rendering {fmt}")
     _emit(api.render_report(doc, fmt), output)
     if check and api.gates_failed(doc):
         sys.exit(1)

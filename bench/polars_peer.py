@@ -17,6 +17,14 @@ EDGES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 LABELS = ["1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65-128", "129-256", "257-512", "513+"]
 
 
+def bucket(batch_size: pl.Expr) -> pl.Expr:
+    """The batch bucket label (metrics.md): the first edge the batch size does not exceed."""
+    expr = pl.lit(LABELS[-1])
+    for edge, label in reversed(list(zip(EDGES, LABELS))):
+        expr = pl.when(batch_size <= edge).then(pl.lit(label)).otherwise(expr)
+    return expr
+
+
 def main(traces: Path) -> None:
     deployments = pl.read_parquet(traces / "deployments.parquet")
     rounds = pl.scan_parquet(traces / "rounds" / "**" / "*.parquet", hive_partitioning=True)
@@ -33,7 +41,7 @@ def main(traces: Path) -> None:
     )
     decode_steps = steps.filter(pl.col("num_prefill_tokens") == 0).select(
         "deployment_id", "step_id", "duration_ms",
-        pl.col("batch_size").cut(EDGES, labels=LABELS).alias("bucket"))
+        bucket(pl.col("batch_size")).alias("bucket"))
     by_bucket = (rounds.select("deployment_id", "step_id", "num_committed_tokens")
                  .join(decode_steps, on=["deployment_id", "step_id"])
                  .group_by("deployment_id", "bucket")

@@ -1,21 +1,24 @@
-"""Scale benchmark: specan report against the floor and a pandas notebook peer.
+"""Scale benchmark: specan report against the floor and two notebook peers.
 
-    python bench/scale.py                      # N = 1M, 10M, 50M rounds
-    python bench/scale.py --rounds 1000000     # one size
-    python bench/scale.py --memory-limit 1GB   # the out-of-core run
+    python bench/scale.py                              # N = 1M, 10M, 50M rounds
+    python bench/scale.py --rounds 200000000 --no-pandas
+    python bench/scale.py --memory-limit 1GB           # the out-of-core run
 
 For each N it generates traces with the fast path (`specan simulate --rounds N
 --no-tokens`, cached under bench/data/), then runs, each in its own process,
 measuring wall time and peak RSS with GNU time:
 
-- report: `specan report TRACES --format json --memory-limit M`;
+- report: `specan report TRACES --format json --memory-limit M --profile`; the
+  seconds of every phase (the --profile table) are recorded beside the total;
 - floor: one bare DuckDB aggregate scan of the rounds (speculative rounds and
   the sums of drafted, accepted and committed per deployment);
-- peer: bench/pandas_peer.py, a straightforward pandas implementation of the
-  core metrics (accept length, positions, throughput-weighted speedup by batch
-  bucket).
+- polars: bench/polars_peer.py, lazy scans of the core metrics (accept length,
+  per-position survival, throughput-weighted speedup by batch bucket);
+- pandas: bench/pandas_peer.py, the same metrics read eagerly into pandas (it
+  needs about 9 GB at 50M rounds, so --no-pandas for larger runs).
 
-It prints report ÷ floor and peer ÷ report, and writes bench/results/scale.json.
+It prints report ÷ floor, report ÷ polars and report ÷ pandas, and writes
+bench/results/scale.json.
 """
 
 from __future__ import annotations
@@ -43,14 +46,25 @@ print(con.execute('''select deployment_id, count(*) filter (where num_draft_toke
 """
 
 
-def timed(command: list[str]) -> dict:
-    """Wall seconds and peak RSS (MB) of one command, via GNU time."""
+def timed(command: list[str], profile: bool = False) -> dict:
+    """Wall seconds and peak RSS (MB) of one command, via GNU time; with ``profile``, its phase table."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as out:
         result = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", out.name, *command],
                                 capture_output=True, text=True)
         wall, rss_kb = out.read().split()[-2:]
-    return {"ok": result.returncode == 0, "seconds": float(wall), "peak_rss_mb": int(rss_kb) / 1024,
-            **({} if result.returncode == 0 else {"error": (result.stderr.strip().splitlines() or ["?"])[-1]})}
+    row = {"ok": result.returncode == 0, "seconds": float(wall), "peak_rss_mb": int(rss_kb) / 1024}
+    if result.returncode != 0:
+        row["error"] = (result.stderr.strip().splitlines() or ["?"])[-1]
+    if profile and result.returncode == 0:
+        row["phases"] = phases_of(result.stderr)
+    return row
+
+
+def phases_of(stderr: str) -> list[list]:
+    """The --profile table on stderr: [[phase, seconds], ...]."""
+    lines = stderr.splitlines()
+    start = lines.index("profile: seconds per phase") + 1
+    return [[name, float(seconds)] for seconds, name in (line.split(None, 1) for line in lines[start:])]
 
 
 def traces_for(rounds: int) -> Path:
@@ -62,20 +76,23 @@ def traces_for(rounds: int) -> Path:
     return path
 
 
-def measure(rounds: int, memory: str, peer: bool) -> dict:
+def measure(rounds: int, memory: str, polars: bool, pandas: bool) -> dict:
     traces = traces_for(rounds)
     row = {"rounds": rounds, "memory_limit": memory}
     with tempfile.TemporaryDirectory() as tmp:
         row["report"] = timed([sys.executable, "-m", "analyzer", "report", str(traces), "--format", "json",
-                               "--memory-limit", memory, "-o", str(Path(tmp) / "report.json")])
+                               "--memory-limit", memory, "--profile", "-o", str(Path(tmp) / "report.json")],
+                              profile=True)
     row["floor"] = timed([sys.executable, "-c", FLOOR.format(traces=traces, memory=memory)])
-    if peer:
-        row["peer"] = timed([sys.executable, str(HERE / "pandas_peer.py"), str(traces)])
-    if row["report"]["ok"] and row["floor"]["ok"]:
-        row["report_over_floor"] = row["report"]["seconds"] / row["floor"]["seconds"]
-    if peer and row["peer"]["ok"] and row["report"]["ok"]:
-        row["peer_over_report"] = row["peer"]["seconds"] / row["report"]["seconds"]
-    print(json.dumps(row), flush=True)
+    for name, wanted in (("polars", polars), ("pandas", pandas)):
+        if wanted:
+            row[name] = timed([sys.executable, str(HERE / f"{name}_peer.py"), str(traces)])
+    if row["report"]["ok"]:
+        for name in ("floor", "polars", "pandas"):
+            if name in row and row[name]["ok"]:
+                row[f"report_over_{name}"] = row["report"]["seconds"] / row[name]["seconds"]
+    print(json.dumps({k: v for k, v in row.items() if k != "report"} | {
+        "report": {k: v for k, v in row["report"].items() if k != "phases"}}), flush=True)
     return row
 
 
@@ -83,18 +100,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, action="append", help="sizes to run (default 1M, 10M, 50M)")
     parser.add_argument("--memory-limit", default="3GB", help="passed to specan report (its default)")
-    parser.add_argument("--no-peer", action="store_true", help="skip the pandas peer")
+    parser.add_argument("--no-polars", action="store_true", help="skip the polars peer")
+    parser.add_argument("--no-pandas", action="store_true", help="skip the pandas peer (about 9 GB at 50M rounds)")
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args()
     sizes = args.rounds or [1_000_000, 10_000_000, 50_000_000]
-    rows = [measure(n, args.memory_limit, not args.no_peer) for n in sizes]
+    rows = [measure(n, args.memory_limit, not args.no_polars, not args.no_pandas) for n in sizes]
     RESULTS.mkdir(exist_ok=True)
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.exists() else {}
     runs = [r for r in previous.get("runs", [])
             if (r["rounds"], r["memory_limit"]) not in {(x["rounds"], x["memory_limit"]) for x in rows}]
     document = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                "targets": {"report_over_floor": 20, "peak_rss_mb": 4096, "peer_over_report": 5},
+                "targets": {"report_over_floor": 20, "report_over_polars": 2, "peak_rss_mb": 4096,
+                            "peak_rss_mb_at_1GB": 1536, "report_200m_over_50m": 4.4},
                 "runs": sorted(runs + rows, key=lambda r: (r["memory_limit"], r["rounds"]))}
     out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {out}")

@@ -188,3 +188,21 @@ def test_gates_exit_status_only_under_check(tmp_path):
     result = run("report", SAMPLE, "--config", bad)
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "ttft_p99" in result.stderr and str(bad) in result.stderr
+
+
+def test_profile_prints_seconds_of_every_phase_on_stderr():
+    result = run("report", SAMPLE, "--format", "json", "--profile")
+    assert result.exit_code == 0
+    json.loads(result.stdout)
+    lines = result.stderr.splitlines()
+    assert lines[0] == "profile: seconds per phase"
+    phases = [line.split(None, 1) for line in lines[1:]]
+    names = [name for _, name in phases]
+    for phase in ("reading rounds (3 files, in place: counting row-rule breaks)", "computing request_rounds",
+                  "computing round_cells", "confirming the rounds' key rules from the aggregates",
+                  "computing metrics", "rendering json"):
+        assert phase in names
+    assert names[-1] == "total"
+    seconds = [float(s) for s, _ in phases]
+    assert all(s >= 0 for s in seconds)
+    assert seconds[-1] == pytest.approx(sum(seconds[:-1]), abs=0.01 * len(seconds))

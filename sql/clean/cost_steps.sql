@@ -2,6 +2,7 @@
 -- its batch size, its time and the speculation length its requests proposed.
 -- Grain: one row per step (deployment_id, step_uid) of a speculative deployment
 -- (method not none) that has a clean step and prefilled nothing (decode_only).
+-- materialized: table
 --
 -- tokens_verified = Σ (coalesce(num_verified_nodes, num_draft_tokens) + 1) over the
 -- step's rounds: the positions the target scores (X of the fit).
