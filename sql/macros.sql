@@ -68,13 +68,6 @@ create or replace macro packed_gaps_us(keys, first_end_us, first_token_us) as
         list_transform(range(2, len(keys) + 1), lambda i: packed_key_gap_us(keys[i] - keys[i - 1]))
     );
 
--- The round_idx of each gap's later emission, in the order of the gaps.
-create or replace macro packed_gap_rounds(keys, first_token_us) as
-    list_transform(
-        case when first_token_us is not null then keys else keys[2:] end,
-        lambda k: cast(k // 8796093022208 as integer)
-    );
-
 -- When a step ended: its start plus its duration, to the microsecond. A round's
 -- tokens reach the user then (streaming gaps).
 create or replace macro step_end_time(start_time, duration_ms) as

@@ -16,25 +16,15 @@ from tracebuilder import at, deployment, request, round_row, step, write_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The streaming gaps by their definition (metrics.md): an ordered window over every
-# emission of a clean request, the first token included.
-WINDOW_GAPS = """
-with emissions as (
-    select request_uid, -1 as round_idx, first_token_time as emitted_at
-    from requests where first_token_time is not null
-    union all
-    select f.request_uid, f.round_idx, f.end_time
-    from round_facts as f semi join requests as q on q.request_uid = f.request_uid
-    where f.num_committed_tokens > 0 and f.end_time is not null
-),
-ordered as (
-    select request_uid, round_idx, emitted_at,
-           lag(emitted_at) over (partition by request_uid order by round_idx) as previous_at
-    from emissions
-)
-select request_uid, round_idx, date_diff('microsecond', previous_at, emitted_at) / 1000.0
-from ordered where previous_at is not null
+# The streaming gaps as the report reads them (packed per-request keys, and the
+# exact window for the requests that cannot be packed) ...
+REPORT_GAPS = """
+select request_uid, unnest(gaps_us) / 1000.0 from request_rounds where packed
+union all
+select request_uid, gap_ms from request_gaps_unpacked
 """
+# ... and by their definition (metrics.md): itl_gaps, an ordered window over every emission.
+WINDOW_GAPS = "select request_uid, gap_ms from itl_gaps"
 
 
 @pytest.fixture
@@ -63,7 +53,7 @@ def rejected(ws):
     return sorted(ws.con.execute("select table_name, row_key, reason from rejected_rows").fetchall())
 
 
-def gaps(ws, sql="select request_uid, round_idx, gap_ms from itl_gaps"):
+def gaps(ws, sql=REPORT_GAPS):
     return sorted(ws.con.execute(sql).fetchall())
 
 
@@ -149,9 +139,11 @@ def test_requests_outside_the_packing_bounds_take_the_exact_window(load):
         "select q.request_id, s.max_stall_ms from request_rounds s join requests q using (request_uid) "
         "where s.packed").fetchall())
     assert stall == {"r_ok": 85.0}
-    latency = dict(ws.con.execute(
-        "select metric, n from latency_summary where deployment_id = 'a'").fetchall())
-    assert latency["itl"] == 6 and latency["max_stall"] == 3
+    latency = {m: (n, q) for m, n, q in ws.con.execute(
+        "select metric, n, q from latency_summary where deployment_id = 'a'").fetchall()}
+    # itl from its histogram: 20, 20, 20, 40, 85, 13 days - 110 ms; p50 at rank 2.5 of 0..5
+    assert latency["itl"][0] == 6 and latency["itl"][1][0] == pytest.approx(30.0)
+    assert latency["max_stall"][0] == 3
 
 
 def test_sample_gaps_equal_the_window_definition():
@@ -161,6 +153,17 @@ def test_sample_gaps_equal_the_window_definition():
         packed = gaps(ws)
         assert len(packed) > 100_000
         assert packed == gaps(ws, WINDOW_GAPS)
+        # the itl summary from the exact histogram equals DuckDB's quantile_cont over every gap
+        from_histogram = ws.con.execute(
+            "select deployment_id, n, mean, q, max from latency_summary where metric = 'itl' order by 1").fetchall()
+        from_gaps = ws.con.execute(
+            "select deployment_id, count(*), avg(gap_ms), quantile_cont(gap_ms, [0.5, 0.9, 0.95, 0.99]), max(gap_ms) "
+            "from itl_gaps group by 1 order by 1").fetchall()
+        assert len(from_histogram) == len(from_gaps) == 6
+        for (d1, n1, mean1, q1, max1), (d2, n2, mean2, q2, max2) in zip(from_histogram, from_gaps):
+            assert (d1, n1, max1) == (d2, n2, max2)
+            assert mean1 == pytest.approx(mean2, rel=1e-12)
+            assert q1 == pytest.approx(q2, rel=1e-12)
     finally:
         ws.close()
 

@@ -39,6 +39,7 @@ select
     deployment_id,
     request_uid,
     round_idx,
+    date_diff('microsecond', previous_at, emitted_at) as gap_us,
     date_diff('microsecond', previous_at, emitted_at) / 1000.0 as gap_ms
 from ordered
 where previous_at is not null

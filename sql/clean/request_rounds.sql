@@ -125,7 +125,6 @@ select
     first_end_us,
     first_token_us,
     -- only for packed requests: see request_gaps_unpacked
-    case when packed then emission_keys end as emission_keys,
     gaps_us,
     list_max(gaps_us) / 1000.0 as max_stall_ms
 from (
