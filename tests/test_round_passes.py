@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.api import open_traces
-from tracebuilder import at, deployment, request, round_row, step, write_traces
+from test_rules import load, rejected  # noqa: F401  (a fixture and a helper shared with the row-rule tests)
+from tracebuilder import deployment, request, round_row, step, write_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,30 +28,10 @@ select request_uid, gap_ms from request_gaps_unpacked
 WINDOW_GAPS = "select request_uid, gap_ms from itl_gaps"
 
 
-@pytest.fixture
-def load(tmp_path):
-    opened = []
-
-    def _load(**tables):
-        tables.setdefault("deployments", [deployment("a")])
-        write_traces(tmp_path, **tables)
-        ws = open_traces(tmp_path)
-        opened.append(ws)
-        return ws
-
-    yield _load
-    for ws in opened:
-        ws.close()
-
-
 def rounds_kind(ws) -> str:
     if ws.con.execute("select count(*) from duckdb_views() where view_name = 'rounds'").fetchone()[0]:
         return "view"
     return "table"
-
-
-def rejected(ws):
-    return sorted(ws.con.execute("select table_name, row_key, reason from rejected_rows").fetchall())
 
 
 def gaps(ws, sql=REPORT_GAPS):
