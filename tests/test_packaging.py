@@ -16,6 +16,7 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     (wheel,) = wheels.glob("specan-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "analyzer/schemas/rounds.json" in names
+    assert "analyzer/sql/macros.sql" in names
     assert any(n.startswith("analyzer/sql/metrics/") and n.endswith(".sql") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "specan = analyzer.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -34,3 +35,9 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("table ")
     assert "rejected rows: 0" in run.stdout
+    # the views, their macros and the round aggregates, from the installed package
+    run = subprocess.run([sys.executable, "-m", "analyzer", "sql", str(ROOT / "sample_traces"),
+                          "select count(*) as n, sum(num_rounds) as rounds from request_rounds", "--format", "csv"],
+                         cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "n,rounds\n3546,470316\n"  # every sample round (470,316) in its request's row

@@ -1,6 +1,7 @@
 -- Acceptance sums for every grouping the reports use.
 -- Grain: one row per (grouping, deployment_id, group_value); grouping is one of
 -- deployment, category, temperature_bucket, structured_output.
+-- materialized: table
 --
 -- Every label here belongs to a request, so each group is a sum over request_rounds
 -- (one row per request), and num_requests counts its rows.
