@@ -358,7 +358,8 @@ def _plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) 
     def shared(other: str) -> tuple[str, ...]:
         if other == "deployments" or schema.table == "deployments":
             return ()
-        return tuple(p for p in entry.partitions if p in found[other].partitions)
+        # By name, not in this table's folder order: both sides of a join hash them alike.
+        return tuple(sorted(p for p in entry.partitions if p in found[other].partitions))
 
     present = entry.columns_anywhere
     return rules.TablePlan(

@@ -132,7 +132,7 @@ def _link_columns(schema: TableSchema, plan: TablePlan, exprs: dict[str, str]) -
     elif schema.table == "rounds":
         # Without a requests table a request is identified by the rounds' own key.
         request_parts = (plan.shared_partitions["requests"] if plan.parent_present.get("requests")
-                         else tuple(p for p in plan.partitions if p not in schema.key))
+                         else tuple(sorted(p for p in plan.partitions if p not in schema.key)))
         links["request_uid"] = _uid(exprs, ("deployment_id", "request_id"), request_parts)
         step = _uid(exprs, ("deployment_id", "step_id"), plan.shared_partitions["steps"])
         links["step_uid"] = f"case when {exprs['step_id']} is not null then {step} end"

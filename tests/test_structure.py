@@ -557,3 +557,21 @@ def test_hive_rounds_join_unpartitioned_requests_on_documented_columns(tmp_path,
     assert ws.con.execute("""select cast(r."date" as varchar), q.prompt_tokens from rounds r
                              join requests q using (request_uid) order by 1""").fetchall() == [
         ("2026-11-27", 7), ("2026-11-28", 7)]
+
+
+def test_hive_partition_folder_order_does_not_change_the_join(tmp_path, opened):
+    # requests nest date=/shard=, rounds and steps shard=/date=: the keys they share
+    # are hashed by name, so every round finds its request and its step.
+    write_traces(tmp_path, deployments=[deployment("a")])
+    write_table(tmp_path, "requests", {"date=2026-11-28/shard=0": [request("a", "r1", prompt_tokens=7)],
+                                       "date=2026-11-28/shard=1": [request("a", "r2", prompt_tokens=9)]})
+    write_table(tmp_path, "steps", {"shard=0/date=2026-11-28": [step("a", 1, duration_ms=10.0)],
+                                    "shard=1/date=2026-11-28": [step("a", 1, duration_ms=30.0)]})
+    write_table(tmp_path, "rounds", {"shard=0/date=2026-11-28": [round_row("a", "r1", 0, 2, 1, step_id=1)],
+                                     "shard=1/date=2026-11-28": [round_row("a", "r2", 0, 2, 2, step_id=1)]})
+    ws = opened(tmp_path)
+    assert rejected(ws) == []
+    assert ws.con.execute("""select r.request_id, q.prompt_tokens, s.duration_ms from rounds r
+                             join requests q using (request_uid) join steps s using (step_uid)
+                             order by 1""").fetchall() == [("r1", 7, 10.0), ("r2", 9, 30.0)]
+    assert ws.con.execute("select count(*) from round_facts where has_step and has_request").fetchone()[0] == 2
