@@ -309,17 +309,26 @@ def _load_rounds_exactly(con, found: dict[str, TableFiles], schemas) -> tuple[in
     return result
 
 
-def unconfirmed_rounds(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+def unconfirmed_rounds(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]) -> dict[str, int]:
     """What the row rules not yet applied to the uncopied rounds would find, from the
-    aggregates (request_rounds, step_rounds): duplicate keys and parents that were
-    never read. Each count is an upper bound; only zero everywhere confirms the rounds."""
+    aggregates (request_rounds, step_rounds): duplicate keys, parents that were never
+    read, and join keys that several parents share (their own keys differ by a
+    partition the rounds do not have). Each count is an upper bound; only zero
+    everywhere confirms the rounds."""
+    def parent_shared(relation: str, uid: str, parent: str) -> int:
+        own = ", ".join(rules.q(c) for c in _own_key(parent, found))
+        return con.execute(
+            f"select count(*) from {relation} as r where r.{uid} in (select {uid} "
+            f"from {rules.parents_as_read_sql(parent)} group by {uid} having count(distinct ({own}, 0)) > 1)"
+        ).fetchone()[0]
+
     def parent_missing(relation: str, uid: str, parent: str) -> int:
         return con.execute(
             f"select count(*) from {relation} as r where r.{uid} is not null "
             f"and r.{uid} not in (select {uid} from {rules.parents_as_read_sql(parent)})").fetchone()[0]
 
     present = dict(con.execute("select table_name, present from trace_tables").fetchall())
-    found = {
+    counts = {
         "duplicate_key": con.execute("select count(*) from request_rounds where has_duplicate_round is not false").fetchone()[0],
         "unknown_deployment": con.execute(
             "select count(*) from (select distinct deployment_id from request_rounds) as r "
@@ -327,10 +336,12 @@ def unconfirmed_rounds(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
         ).fetchone()[0],
     }
     if present.get("requests"):
-        found["unknown_request"] = parent_missing("request_rounds", "request_uid", "requests")
+        counts["unknown_request"] = parent_missing("request_rounds", "request_uid", "requests")
+        counts["ambiguous_request"] = parent_shared("request_rounds", "request_uid", "requests")
     if present.get("steps"):
-        found["unknown_step"] = parent_missing("step_rounds", "step_uid", "steps")
-    return {reason: n for reason, n in found.items() if n}
+        counts["unknown_step"] = parent_missing("step_rounds", "step_uid", "steps")
+        counts["ambiguous_step"] = parent_shared("step_rounds", "step_uid", "steps")
+    return {reason: n for reason, n in counts.items() if n}
 
 
 def confirm_rounds(con: duckdb.DuckDBPyConnection, summary: LoadSummary,
@@ -341,7 +352,7 @@ def confirm_rounds(con: duckdb.DuckDBPyConnection, summary: LoadSummary,
         return False
     found, schemas = summary.pending
     summary.pending = None
-    suspects = unconfirmed_rounds(con)
+    suspects = unconfirmed_rounds(con, found)
     if not suspects:
         return False
     if progress:
@@ -371,7 +382,14 @@ def _plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) 
         parent_present={t: found[t].present for t in found},
         shared_partitions={t: shared(t) for t in found},
         stop_reason_anywhere="stop_reason" in present if schema.table == "rounds" else True,
+        parent_keys={ref.table: _own_key(ref.table, found) for ref in schema.references},
     )
+
+
+def _own_key(table: str, found: dict[str, TableFiles]) -> tuple[str, ...]:
+    """A table's key as read: its key columns, then its partition columns where they are part of it."""
+    schema = load_schemas()[table]
+    return schema.key + (tuple(sorted(found[table].partitions)) if schema.partitions_in_key else ())
 
 
 def _execute(con, sql: str, entry: TableFiles):

@@ -47,6 +47,8 @@ class TablePlan:
     parent_present: dict[str, bool] = field(default_factory=dict)
     shared_partitions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     stop_reason_anywhere: bool = True
+    # each parent's own key as read: its key columns and all of its partition columns
+    parent_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # Columns the loader adds. An input column of the same name is kept as input_<name>.
@@ -216,16 +218,23 @@ def rejected_sql(schema: TableSchema, plan: TablePlan, parents: dict[str, str] |
                      + " then 'negative_count'")
     for rule in schema.rules:
         cases.append(f"when {rule.when} then {lit(rule.reason)}")
+    ambiguous = []
     for i, ref in enumerate(schema.references):
         if not plan.parent_present.get(ref.table, False):
             continue  # "when requests is present": an absent parent table checks nothing
         columns = ref.columns + plan.shared_partitions.get(ref.table, ())
+        # how many parents, by their own full key, one join key finds: more than one is ambiguous
+        own_key = plan.parent_keys.get(ref.table, columns)
         ctes.append(
-            f"p{i} as (select distinct " + ", ".join(f"{q(c)} as _p{j}" for j, c in enumerate(columns))
-            + f", true as _found from {parents.get(ref.table, '_raw_' + ref.table)})")
+            f"p{i} as (select " + ", ".join(f"{q(c)} as _p{j}" for j, c in enumerate(columns))
+            + f", true as _found, count(distinct ({', '.join(q(c) for c in own_key)}, 0)) as _parents"
+            + f" from {parents.get(ref.table, '_raw_' + ref.table)} group by all)")
         joins.append(f"left join p{i} on " + " and ".join(f"r.{q(c)} = p{i}._p{j}" for j, c in enumerate(columns)))
         unless = f"r.{q(ref.unless_null)} is not null and " if ref.unless_null else ""
         cases.append(f"when {unless}p{i}._found is null then {lit(ref.reason)}")
+        if ref.ambiguous_reason:
+            ambiguous.append(f"when p{i}._parents > 1 then {lit(ref.ambiguous_reason)}")
+    cases += ambiguous
     return (
         f"create or replace table _rejected_{schema.table} as\nwith " + ",\n".join(ctes) + "\n"
         f"select * from (\n  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,\n"

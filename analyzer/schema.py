@@ -43,6 +43,8 @@ class Reference:
     table: str
     columns: tuple[str, ...]
     unless_null: str | None = None
+    # the reason when the join matches more than one parent (parents with keys the join does not cover)
+    ambiguous_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ class TableSchema:
         reasons = ["null_required", "duplicate_key"]
         if self.negative_count:
             reasons.append("negative_count")
-        return tuple(reasons + [r.reason for r in self.rules] + [r.reason for r in self.references])
+        return tuple(reasons + [r.reason for r in self.rules] + [r.reason for r in self.references]
+                     + [r.ambiguous_reason for r in self.references if r.ambiguous_reason])
 
 
 def _parse(doc: dict) -> TableSchema:
@@ -104,7 +107,7 @@ def _parse(doc: dict) -> TableSchema:
         columns=columns,
         rules=tuple(Rule(r["reason"], r["when"]) for r in doc.get("rules", [])),
         references=tuple(
-            Reference(r["reason"], r["table"], tuple(r["columns"]), r.get("unless_null"))
+            Reference(r["reason"], r["table"], tuple(r["columns"]), r.get("unless_null"), r.get("ambiguous_reason"))
             for r in doc.get("references", [])
         ),
         merge_identical_rows=bool(doc.get("merge_identical_rows", False)),

@@ -8,7 +8,8 @@ key columns followed by its partition columns (analyzer/rules.py ``_row_key``).
 Rule order per table: null_required, duplicate_key, negative_count,
 accepted_exceeds_drafted, committed_exceeds_accepted, truncated_without_stop,
 negative_duration, time_order, unknown_deployment, unknown_request,
-unknown_step. A row is rejected once, under the first rule it breaks.
+unknown_step, ambiguous_request, ambiguous_step. A row is rejected once, under
+the first rule it breaks.
 """
 
 from __future__ import annotations

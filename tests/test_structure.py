@@ -575,3 +575,38 @@ def test_hive_partition_folder_order_does_not_change_the_join(tmp_path, opened):
                              join requests q using (request_uid) join steps s using (step_uid)
                              order by 1""").fetchall() == [("r1", 7, 10.0), ("r2", 9, 30.0)]
     assert ws.con.execute("select count(*) from round_facts where has_step and has_request").fetchone()[0] == 2
+
+
+def test_step_ids_restarting_per_date_with_unpartitioned_rounds_are_ambiguous(tmp_path, opened):
+    # Steps restart their ids each day under date= folders; the rounds sit in one
+    # unpartitioned file, so (deployment_id, step_id) finds a step on each date.
+    # Such rounds are rejected as ambiguous_step instead of joining both steps.
+    write_traces(tmp_path, deployments=[deployment("a")], requests=[request("a", "r1"), request("a", "r2")],
+                 rounds=[round_row("a", "r1", 0, 2, 1, step_id=1), round_row("a", "r1", 1, 2, 2, step_id=2),
+                         round_row("a", "r2", 0, 2, 0, step_id=3)])
+    write_table(tmp_path, "steps", {"date=2026-11-27": [step("a", 1), step("a", 2, duration_ms=20.0)],
+                                    "date=2026-11-28": [step("a", 1), step("a", 3, duration_ms=30.0)]})
+    ws = opened(tmp_path)
+    assert rejected(ws) == [("rounds", "deployment_id=a, request_id=r1, round_idx=0", "ambiguous_step")]
+    # nothing multiplied: two clean rounds, each with its one step
+    assert ws.con.execute("select num_rounds, rounds_with_step from accept_length join speedup "
+                          "using (deployment_id)").fetchall() == [(2, 2)]
+    assert ws.con.execute("select sum(num_rounds) from request_rounds").fetchone()[0] == 2
+    assert ws.summary.rejected["rounds"] == {"ambiguous_step": 1}
+
+
+def test_a_request_on_two_dates_with_unpartitioned_rounds_is_ambiguous(tmp_path, opened):
+    write_traces(tmp_path, deployments=[deployment("a")],
+                 rounds=[round_row("a", "r1", 0, 2, 1), round_row("a", "r2", 0, 2, 1)])
+    write_table(tmp_path, "requests", {"date=2026-11-27": [request("a", "r1"), request("a", "r2")],
+                                       "date=2026-11-28": [request("a", "r1")]})
+    ws = opened(tmp_path)
+    assert rejected(ws) == [("rounds", "deployment_id=a, request_id=r1, round_idx=0", "ambiguous_request")]
+    assert ws.con.execute("select request_id, num_rounds from request_rounds").fetchall() == [("r2", 1)]
+
+
+def test_unknown_comes_before_ambiguous_in_the_rule_order():
+    from analyzer.schema import load_schemas
+
+    assert load_schemas()["rounds"].rule_reasons[-5:] == (
+        "unknown_deployment", "unknown_request", "unknown_step", "ambiguous_request", "ambiguous_step")
