@@ -233,7 +233,7 @@ def load_traces(
     the Parquet files as long as one counting pass finds no row that breaks a row
     rule. Duplicate keys and unknown parents are then still unconfirmed: the
     caller builds the aggregates and calls ``confirm_rounds``, which falls back to
-    the copying path (``reload_rounds_exactly``) when they find any.
+    the copying path (``_load_rounds_exactly``) when they find any.
     """
     say = progress or (lambda _msg: None)
     con.execute("set TimeZone = 'UTC'")
