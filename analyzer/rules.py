@@ -258,17 +258,22 @@ def row_rule_count_sql(schema: TableSchema, plan: TablePlan, relation: str) -> s
         checks += [f"count(*) filter (where r.{q(c)} < 0)" for c in schema.count_columns]
     if schema.rules:
         checks.append("count(*) filter (where " + " or ".join(f"({rule.when})" for rule in schema.rules) + ")")
-    cte = _implicit_stop_cte(schema, plan).replace(f"from _raw_{schema.table}", f"from {relation}")
-    cte = cte.replace(", rowid as _specan_row", "")
+    cte = _implicit_stop_cte(schema, plan, relation, row_ids=False)
     return f"with {cte}\nselect count(*), " + " + ".join(checks) + " from r"
 
 
-def _implicit_stop_cte(schema: TableSchema, plan: TablePlan) -> str:
-    """Without any stop_reason column, a request's last round is its stopping round."""
+def _implicit_stop_cte(schema: TableSchema, plan: TablePlan, relation: str | None = None,
+                       row_ids: bool = True) -> str:
+    """Without any stop_reason column, a request's last round is its stopping round.
+
+    ``relation`` defaults to ``_raw_<table>``; ``row_ids`` adds ``_specan_row`` (a table's rowid).
+    """
+    relation = relation or f"_raw_{schema.table}"
+    row_id = ", rowid as _specan_row" if row_ids else ""
     if plan.stop_reason_anywhere:
-        return f"r as (select *, rowid as _specan_row, false as _implicit_stop_round from _raw_{schema.table})"
-    return (f"r as (select *, rowid as _specan_row, round_idx = max(round_idx) over (partition by request_uid) "
-            f"as _implicit_stop_round from _raw_{schema.table})")
+        return f"r as (select *{row_id}, false as _implicit_stop_round from {relation})"
+    return (f"r as (select *{row_id}, round_idx = max(round_idx) over (partition by request_uid) "
+            f"as _implicit_stop_round from {relation})")
 
 
 def _rejected_merged_sql(schema: TableSchema, plan: TablePlan) -> str:

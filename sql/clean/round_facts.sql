@@ -23,7 +23,7 @@ with step_parts as (
 ),
 
 request_labels as (
-    select request_uid, category, structured_output, temperature, first_token_time
+    select request_uid, category, structured_output, temperature
     from requests
 )
 
@@ -55,7 +55,6 @@ select
     coalesce(q.category, 'unlabeled') as category,
     coalesce(q.structured_output, false) as structured_output,
     q.temperature,
-    q.first_token_time,
     temperature_bucket(q.temperature) as temperature_bucket
 from rounds as r
 left join step_parts as s on r.step_uid = s.step_uid
