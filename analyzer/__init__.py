@@ -1,14 +1,16 @@
 """specan: offline analysis of speculative-decoding traces.
 
-The layers, in the order data flows through them:
+The packages, in the order data flows through them (each imports only the ones above it):
 
-- ``analyzer.schema``  reads ``schemas/<table>.json``, the single source of truth
-  for columns, types, keys and row rules.
-- ``analyzer.load``    finds Parquet files, checks their structure, and builds the
-  clean DuckDB tables plus ``rejected_rows``.
-- ``analyzer.views``   creates the SQL views in ``sql/`` in dependency order.
-- ``analyzer.report``  turns view results into Markdown / JSON.
-- ``analyzer.cli``     the thin click layer.
+- ``analyzer.ingest``    schemas, row rules, loading Parquet into DuckDB, the importers
+  that turn engine output into traces.
+- ``analyzer.analysis``  the SQL model (``sql/`` views) and everything computed from it:
+  metrics, speculation-length tuning, quantization, gates, history, n-gram replay.
+  Each returns a document (dicts and lists); none renders.
+- ``analyzer.render``    documents to Markdown, JSON, CSV and HTML.
+- ``analyzer.simulate``  synthetic traces for tests and benchmarks.
+- ``analyzer.api``, ``analyzer.nightly``  the library entry points; ``analyzer.cli`` is the
+  thin click layer over them.
 """
 
 __version__ = "0.1.0"

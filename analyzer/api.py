@@ -17,8 +17,8 @@ from pathlib import Path
 
 import duckdb
 
-from .load import LoadSummary, Progress, StructuralError, confirm_rounds, load_traces, read_summary
-from .views import DEFAULT_REPEAT_N, create_views
+from .ingest.load import LoadSummary, Progress, StructuralError, confirm_rounds, load_traces, read_summary
+from .analysis.views import DEFAULT_REPEAT_N, create_views
 
 DEFAULT_MEMORY_LIMIT = "3GB"
 
@@ -134,9 +134,9 @@ def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tup
 
 def report_document(ws: Workspace, config=None, progress: Progress | None = None) -> dict:
     """The report as a JSON-ready document (metrics.md), with gate results under ``gates``."""
-    from .gates import evaluate_gates
-    from .metrics import collect
-    from .quant import quant_matrix
+    from .analysis.gates import evaluate_gates
+    from .analysis.metrics import collect
+    from .analysis.quant import quant_matrix
 
     if progress:
         progress("computing metrics")
@@ -155,7 +155,7 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
 
 def tuning_document(con, deployment_ids: list[str]) -> dict:
     """Diminishing returns and the recommended speculation length of each speculative deployment."""
-    from .tuning import marginal_returns, recommend
+    from .analysis.tuning import marginal_returns, recommend
 
     recommendations = [recommend(con, dep) for dep in deployment_ids]
     return {"recommendations": [{k: v for k, v in r.items() if k != "cost_fits"} for r in recommendations],
@@ -164,7 +164,7 @@ def tuning_document(con, deployment_ids: list[str]) -> dict:
 
 
 def gates_failed(doc: dict) -> bool:
-    from .gates import any_failed
+    from .analysis.gates import any_failed
 
     return any_failed(doc.get("gates", []))
 
@@ -172,7 +172,7 @@ def gates_failed(doc: dict) -> bool:
 def render_report(doc: dict, fmt: str) -> str:
     import json
 
-    from .report import markdown, tables
+    from .render import markdown, tables
 
     if fmt == "json":
         return json.dumps(tables.finite(doc), default=tables.json_default, allow_nan=False,
@@ -180,7 +180,7 @@ def render_report(doc: dict, fmt: str) -> str:
     if fmt == "md":
         return markdown.render(doc)
     if fmt == "html":
-        from .report import html
+        from .render import html
 
         return html.render(doc)
     raise ValueError(f"unknown report format {fmt!r}")

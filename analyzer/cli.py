@@ -15,10 +15,10 @@ import click
 import duckdb
 
 from . import api
-from .config import ConfigError, load_config
-from .load import StructuralError
-from .report import tables, text
-from .views import ViewError
+from .analysis.config import ConfigError, load_config
+from .ingest.load import StructuralError
+from .render import tables, text
+from .analysis.views import ViewError
 
 
 class InputError(click.ClickException):
@@ -297,7 +297,7 @@ def simulate(outdir: Path, seed: int, requests: int | None, days: int | None, ro
     """Write synthetic traces to OUTDIR from a documented generative model.
 
     `sample_traces/` is this command's default output. --rounds N --no-tokens
-    writes large traces fast, with closed-form totals (analyzer/simulate_fast.py).
+    writes large traces fast, with closed-form totals (analyzer/simulate/fast.py).
 
     \b
     Examples:
@@ -307,14 +307,14 @@ def simulate(outdir: Path, seed: int, requests: int | None, days: int | None, ro
     if rounds is not None or no_tokens:
         if rounds is None or not no_tokens:
             raise click.UsageError("the fast path needs both --rounds N and --no-tokens")
-        from .simulate_fast import simulate_fast
+        from .simulate.fast import simulate_fast
 
         counts = simulate_fast(outdir, rounds, progress=_progress(progress))
         for table, n in counts.items():
             click.echo(f"{table:<12} {n:>9} rows")
         click.echo(f"wrote {outdir}")
         return
-    from .simulate import simulate as run_simulation
+    from .simulate.traces import simulate as run_simulation
 
     options = {k: v for k, v in {"requests": requests, "days": days}.items() if v is not None}
     counts = run_simulation(outdir, seed=seed, progress=_progress(progress), **options)
@@ -333,7 +333,7 @@ def schema() -> None:
     Example:
         specan schema > TRACE_FORMAT.md
     """
-    from .schema import format_table_markdown
+    from .ingest.schema import format_table_markdown
 
     click.echo(format_table_markdown(), nl=False)
 
@@ -367,7 +367,8 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
     """
     import json
 
-    from .replay import render_markdown, replay_ngram as run_replay
+    from .analysis.replay import replay_ngram as run_replay
+    from .render.replay import render_markdown
 
     show = _progress(progress)
     variants = ["prompt_lookup", "suffix"] if variant == "both" else [variant.replace("-", "_")]
@@ -410,7 +411,8 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, pro
     """
     import json
 
-    from .tuning import recommend as run_recommend, render_recommend_markdown
+    from .analysis.tuning import recommend as run_recommend
+    from .render.recommend import render_recommend_markdown
 
     show = _progress(progress)
     try:
@@ -469,7 +471,7 @@ def import_traces(source: str, files: tuple[Path, ...], deployment: tuple[str, .
         specan import vllm-log vllm.log --deployment eagle3-a --year 2026 --out traces/
         specan import prometheus range.json --deployment model_name=llama:eagle-a --out traces/
     """
-    from .importers import ImportInputError, run_import
+    from .ingest.importers import ImportInputError, run_import
 
     try:
         summary = run_import(source, files, out, list(deployment), model=model, method=method,

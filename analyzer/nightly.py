@@ -12,9 +12,10 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import api, history
-from .config import Config, load_config
-from .load import Progress
+from . import api
+from .analysis import history
+from .analysis.config import Config, load_config
+from .ingest.load import Progress
 
 
 @dataclass
@@ -62,7 +63,7 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
     day_dir.mkdir(parents=True, exist_ok=True)
     for fmt in ("md", "json"):
         (day_dir / f"report.{fmt}").write_text(api.render_report(doc, fmt), encoding="utf-8")
-    from .report import html
+    from .render import html
 
     (day_dir / "report.html").write_text(
         html.render(doc, history=combined, title=f"specan nightly {day.isoformat()}"), encoding="utf-8")

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from analyzer import api
-from analyzer.replay import replay_ngram
-from analyzer.simulate import simulate
-from analyzer.views import create_macros, discover_views
+from analyzer.analysis.replay import replay_ngram
+from analyzer.simulate.traces import simulate
+from analyzer.analysis.views import create_macros, discover_views
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"

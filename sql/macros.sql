@@ -1,43 +1,6 @@
--- Bucket labels shared by every view, defined once (metrics.md: batch and context
--- buckets, temperature buckets). They are stored in the database with the views,
--- so plain duckdb on a `specan load` database has them too.
-
-create or replace macro batch_bucket(batch_size) as
-    case
-        when batch_size is null then null
-        when batch_size <= 1 then '1'
-        when batch_size = 2 then '2'
-        when batch_size <= 4 then '3-4'
-        when batch_size <= 8 then '5-8'
-        when batch_size <= 16 then '9-16'
-        when batch_size <= 32 then '17-32'
-        when batch_size <= 64 then '33-64'
-        when batch_size <= 128 then '65-128'
-        when batch_size <= 256 then '129-256'
-        when batch_size <= 512 then '257-512'
-        else '513+'
-    end;
-
-create or replace macro context_bucket(context_len) as
-    case
-        when context_len is null then null
-        when context_len < 1024 then '0-1k'
-        when context_len < 2048 then '1k-2k'
-        when context_len < 4096 then '2k-4k'
-        when context_len < 8192 then '4k-8k'
-        when context_len < 16384 then '8k-16k'
-        when context_len < 32768 then '16k-32k'
-        else '32k+'
-    end;
-
-create or replace macro temperature_bucket(temperature) as
-    case
-        when temperature is null then 'unknown'
-        when temperature <= 0 then '0'
-        when temperature <= 0.5 then '(0,0.5]'
-        when temperature <= 1 then '(0.5,1]'
-        else '>1'
-    end;
+-- Macros the views share. They are stored in the database with the views, so plain
+-- duckdb on a `specan load` database has them too. The bucket macros come from the
+-- seed sql/seeds/buckets.csv (analyzer/analysis/buckets.py).
 
 -- Streaming gaps from packed emission keys (request_rounds). A key is
 --     round_idx · 2^43 + 2^41 + (end_us mod 2^41)

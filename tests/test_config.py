@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from analyzer.config import DEFAULT_CONFIG_TOML, Config, ConfigError, load_config, parse_config
+from analyzer.analysis.config import DEFAULT_CONFIG_TOML, Config, ConfigError, load_config, parse_config
 
 
 def write(tmp_path, text: str, name: str = "gates.toml"):

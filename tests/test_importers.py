@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import main
-from analyzer.importers import ImportConflict, MalformedInput, run_import
-from analyzer.importers.common import ARROW, _link_new, reconcile
-from analyzer.importers.vllm_log import num_drafts_from, parse_metrics
-from analyzer.importers.vllm_responses import check_histogram
+from analyzer.ingest.importers import ImportConflict, MalformedInput, run_import
+from analyzer.ingest.importers.common import ARROW, _link_new, reconcile
+from analyzer.ingest.importers.vllm_log import num_drafts_from, parse_metrics
+from analyzer.ingest.importers.vllm_responses import check_histogram
 from tracebuilder import at, deployment, round_row, write_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"

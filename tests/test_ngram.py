@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from analyzer.ngram import propose, replay_request
+from analyzer.analysis.ngram import propose, replay_request
 
 
 # --------------------------------------------------------------------------- propose, by hand

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from analyzer import history
+from analyzer.analysis import history
 from analyzer.cli import main
 from analyzer.nightly import run_nightly
 from tracebuilder import at, write_columns, write_table

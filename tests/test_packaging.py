@@ -17,7 +17,8 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "analyzer/schemas/rounds.json" in names
     assert "analyzer/sql/macros.sql" in names
-    assert any(n.startswith("analyzer/sql/metrics/") and n.endswith(".sql") for n in names)
+    assert "analyzer/sql/materialized.toml" in names and "analyzer/sql/seeds/buckets.csv" in names
+    assert any(n.startswith("analyzer/sql/marts/") and n.endswith(".sql") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "specan = analyzer.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer import api, quant
+from analyzer import api
+from analyzer.analysis import quant
+from analyzer.render.quant import render_quant_markdown
 from tracebuilder import at, write_traces
 
 # --------------------------------------------------------------------------- builders
@@ -316,7 +318,7 @@ def test_missing_variants_are_named(tmp_path):
 
 
 def test_markdown_section(result):
-    text = quant.render_quant_markdown(result)
+    text = render_quant_markdown(result)
     assert text.startswith("## Quantization matrix\n")
     assert "### m\n\nReference: base-bf16 (bf16, plain decoding)." in text
     assert ("| spec-fp8 | combined | eagle | 3 | fp8 | fp8 | 2.750× | 100.0% | 0.790 | -0.060 | "

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from analyzer.schema import format_table_markdown
+from analyzer.ingest.schema import format_table_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

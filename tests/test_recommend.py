@@ -20,7 +20,8 @@ from click.testing import CliRunner
 
 from analyzer import api
 from analyzer.cli import main
-from analyzer.tuning import UnknownDeployment, recommend, render_recommend_markdown
+from analyzer.analysis.tuning import UnknownDeployment, recommend
+from analyzer.render.recommend import render_recommend_markdown
 from test_tuning import Traces, cheap, closed_form_length, costly, fixed_gamma_block, pooled_block, sweep
 
 

@@ -12,10 +12,11 @@ from click.testing import CliRunner
 
 from analyzer.api import open_traces
 from analyzer.cli import main
-from analyzer.ngram import (match_table, propose, propose_suffix, replay_batch, replay_request,
+from analyzer.analysis.ngram import (match_table, propose, propose_suffix, replay_batch, replay_request,
                             replay_request_suffix, replay_rounds)
-from analyzer.replay import render_markdown, replay_ngram
-from analyzer.simulate import simulate
+from analyzer.analysis.replay import replay_ngram
+from analyzer.render.replay import render_markdown
+from analyzer.simulate.traces import simulate
 from tracebuilder import at, deployment, round_row, write_traces
 
 # --------------------------------------------------------------------------- by hand

@@ -1,4 +1,4 @@
-"""The fast path over the rounds (analyzer/load.py, sql/clean/request_rounds.sql):
+"""The fast path over the rounds (analyzer/ingest/load.py, sql/intermediate/request_rounds.sql):
 rounds read in place, key rules confirmed from the aggregates, streaming gaps from
 per-request packed keys. Every shortcut is checked against the exact definition.
 """

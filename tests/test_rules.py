@@ -3,7 +3,7 @@
 Every test builds a tiny trace directory, loads it with ``open_traces`` and
 compares the WHOLE ``rejected_rows`` table (table_name, row_key, reason) with a
 hand-written list. ``row_key`` is ``'col=value, col=value'`` over the table's
-key columns followed by its partition columns (analyzer/rules.py ``_row_key``).
+key columns followed by its partition columns (analyzer/ingest/rules.py ``_row_key``).
 
 Rule order per table: null_required, duplicate_key, negative_count,
 accepted_exceeds_drafted, committed_exceeds_accepted, truncated_without_stop,

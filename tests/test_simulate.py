@@ -7,9 +7,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from analyzer.ngram import replay_request
-from analyzer.schema import load_schemas
-from analyzer.simulate import DEPLOYMENTS, LAST_DATE, NGRAM_K, NGRAM_MAX, NGRAM_MIN, simulate
+from analyzer.analysis.ngram import replay_request
+from analyzer.ingest.schema import load_schemas
+from analyzer.simulate.traces import DEPLOYMENTS, LAST_DATE, NGRAM_K, NGRAM_MAX, NGRAM_MIN, simulate
 
 BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"),
            (17, 32, "17-32"), (33, 64, "33-64"), (65, 128, "65-128"))

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import main
-from analyzer.simulate_fast import BATCH_CYCLE, GAMMA, ROUNDS_PER_REQUEST, base_ms, spec_ms, step_batches
+from analyzer.simulate.fast import BATCH_CYCLE, GAMMA, ROUNDS_PER_REQUEST, base_ms, spec_ms, step_batches
 
 
 @pytest.fixture(scope="module")

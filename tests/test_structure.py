@@ -606,7 +606,7 @@ def test_a_request_on_two_dates_with_unpartitioned_rounds_is_ambiguous(tmp_path,
 
 
 def test_unknown_comes_before_ambiguous_in_the_rule_order():
-    from analyzer.schema import load_schemas
+    from analyzer.ingest.schema import load_schemas
 
     assert load_schemas()["rounds"].rule_reasons[-5:] == (
         "unknown_deployment", "unknown_request", "unknown_step", "ambiguous_request", "ambiguous_step")

@@ -23,7 +23,7 @@ import math
 import pytest
 
 from analyzer import api
-from analyzer.tuning import expected_length, marginal_returns, round_cost_fits
+from analyzer.analysis.tuning import expected_length, marginal_returns, round_cost_fits
 from tracebuilder import at, write_columns, write_table
 
 A = 0.8

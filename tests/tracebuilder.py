@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzer.schema import load_schemas
+from analyzer.ingest.schema import load_schemas
 
-from analyzer.importers.common import ARROW  # noqa: E402  the declared type → Arrow type map
+from analyzer.ingest.importers.common import ARROW  # noqa: E402  the declared type → Arrow type map
 
 T0 = dt.datetime(2026, 11, 28, 12, 0, 0, tzinfo=dt.timezone.utc)
 

@@ -1,0 +1,252 @@
+"""Collect the metric views into one report document (metrics.md's JSON contract).
+
+The numbers come from the SQL views; this module only reads them, shapes them
+into the documented keys, and writes a note for every value that is null.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import duckdb
+
+from ..ingest.load import LoadSummary
+from ..ingest.schema import TABLE_ORDER
+
+SCHEMA_VERSION = 1
+
+ACCEPTANCE_KEYS = (
+    "num_rounds", "num_spec_rounds", "num_draft_tokens", "num_accepted_tokens", "num_invalidated_tokens",
+    "num_committed_tokens", "mean_accept_length", "mean_accept_length_per_request", "acceptance_rate",
+    "tokens_per_round", "truncated_rounds", "truncated_tokens", "invalidation_rate",
+)
+POSITION_KEYS = ("position", "drafted", "accepted", "survival", "conditional", "vllm_rate", "marginal_gain")
+CAPACITY_KEYS = ("completed_requests", "failed_requests", "preemptions_per_request", "kv_usage_mean",
+                 "kv_usage_max", "candidate_kv_share", "output_tokens_per_s")
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "max_stall")
+LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
+CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms", "t0_ms", "speedup",
+              "condition_holds")
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    result = con.execute(sql)
+    names = [d[0] for d in result.description]
+    return [dict(zip(names, values)) for values in result.fetchall()]
+
+
+def _pick(row: dict, keys) -> dict:
+    return {k: row.get(k) for k in keys}
+
+
+def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, Any]:
+    """The full report document, JSON-ready (no NaN: the views return null)."""
+    notes: list[str] = []
+    deployments = rows(con, """
+        select d.deployment_id, d.model, d.method, d.num_speculative_tokens, d.target_quant, d.draft_quant,
+               a.* exclude (deployment_id, method, num_speculative_tokens),
+               s.* exclude (deployment_id),
+               t.tpot_speedup
+        from deployments as d
+        join accept_length as a using (deployment_id)
+        join speedup as s using (deployment_id)
+        left join tpot_speedup as t using (deployment_id)
+        order by d.method <> 'none', d.deployment_id""")
+    positions = defaultdict(list)
+    for row in rows(con, "select * from position_acceptance order by deployment_id, position"):
+        positions[row["deployment_id"]].append(_pick(row, POSITION_KEYS))
+    capacity = {r["deployment_id"]: r for r in rows(con, "select * from capacity")}
+    latency: dict[str, dict] = defaultdict(dict)
+    latency_n: dict[str, dict] = defaultdict(dict)
+    for row in rows(con, "select * from latency order by deployment_id, metric_order"):
+        latency[row["deployment_id"]][row["metric"]] = _pick(row, LATENCY_STATS)
+        latency_n[row["deployment_id"]][row["metric"]] = row["n"]
+
+    requests_present = summary.present.get("requests", False)
+    steps_present = summary.present.get("steps", False)
+    out_deployments = []
+    for d in deployments:
+        dep = d["deployment_id"]
+        entry = {
+            "deployment_id": dep,
+            "model": d["model"],
+            "method": d["method"],
+            "num_speculative_tokens": d["num_speculative_tokens"],
+            "target_quant": d["target_quant"],
+            "draft_quant": d["draft_quant"],
+            "baseline_id": d["baseline_id"],
+            **_pick(d, ACCEPTANCE_KEYS),
+            "positions": positions.get(dep, []),
+            "nodes_per_round": d["nodes_per_round"],
+            "accepted_per_node": d["accepted_per_node"],
+            "num_requests": d["num_requests"],
+            "capacity": _pick(capacity.get(dep, {}), CAPACITY_KEYS),
+            "round_ms": {"mean": d["round_ms_mean"], "draft": d["round_ms_draft"],
+                         "verify": d["round_ms_verify"], "other": d["round_ms_other"]},
+            "speedup": d["speedup"],
+            "speedup_coverage": d["speedup_coverage"],
+            "tpot_speedup": d["tpot_speedup"],
+            "prefill_round_share": d["prefill_round_share"],
+            "latency_ms": dict(latency.get(dep, {})),
+        }
+        out_deployments.append(entry)
+        notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present)
+
+    categories = rows(con, """
+        select c.deployment_id, c.category, c.num_requests, c.mean_accept_length, c.acceptance_rate,
+               c.tokens_per_round, c.speedup, r.repeat_ratio, r.prompt_copy_ratio, r.repeat_accept_correlation,
+               r.repeat_ratio_q1, r.repeat_ratio_median, r.repeat_ratio_q3,
+               coalesce(r.num_requests, 0) as repetition_requests
+        from accept_length_by_category as c
+        left join category_repetition as r using (deployment_id, category)
+        order by c.deployment_id, c.category""")
+    quartiles = rows(con, "select * from repetition_quartiles order by deployment_id, category, quartile")
+    repetition = rows(con, "select * from category_repetition order by deployment_id, category")
+    structured = rows(con, """
+        select deployment_id, structured_output, num_rounds, proposed_tokens, invalidated_tokens,
+               invalidation_rate, mean_accept_length, fully_invalidated_rounds
+        from structured_invalidation order by deployment_id, structured_output""")
+    load_curve = [{"deployment_id": r["deployment_id"], "batch_bucket": r["batch_bucket"], **_pick(r, CURVE_KEYS)}
+                  for r in rows(con, "select * from speedup_by_batch order by deployment_id, bucket_min")]
+    context_curve = [{"deployment_id": r["deployment_id"], "context_bucket": r["context_bucket"],
+                      **_pick(r, CURVE_KEYS)}
+                     for r in rows(con, "select * from speedup_by_context order by deployment_id, bucket_min")]
+    ledger = rows(con, """select deployment_id, batch_bucket, num_rounds, draft_ms, verify_ms, other_ms, round_ms,
+                                 tokens_per_round, t0_ms, break_even_ms, condition_holds
+                          from round_ledger order by deployment_id, bucket_min""")
+    temperature = rows(con, """select deployment_id, temperature_bucket, num_requests, num_rounds, mean_accept_length,
+                                      acceptance_rate, tokens_per_round
+                               from accept_length_by_temperature
+                               order by deployment_id, case temperature_bucket when '0' then 0 when '(0,0.5]' then 1
+                                   when '(0.5,1]' then 2 when '>1' then 3 else 4 end""")
+    notes += _repetition_notes(repetition)
+    intervals = rows(con, "select * from interval_acceptance order by deployment_id, hour")
+    if any(d["tpot_speedup"] is not None for d in out_deployments):
+        notes.append("tpot_speedup compares time per output token from request timings; it is not matched on "
+                      "batch size, so the load of a deployment and its baseline may differ")
+    notes += [f"import: {n}" for n in _import_notes(con)]
+    notes = _input_notes(summary) + _table_notes(con, summary) + notes
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "input": _input(summary),
+        "deployments": out_deployments,
+        "categories": categories,
+        "repetition": repetition,
+        "repetition_quartiles": quartiles,
+        "structured_output": structured,
+        "load_curve": load_curve,
+        "context_curve": context_curve,
+        "round_ledger": ledger,
+        "temperature": temperature,
+        "intervals": intervals,
+        "notes": notes,
+    }
+
+
+def _import_notes(con) -> list[str]:
+    """Notes the importers left beside the traces (TRACES/import_notes/), if any."""
+    try:
+        return [n for (n,) in con.execute("select note from import_notes order by all").fetchall()]
+    except duckdb.Error:
+        return []
+
+
+def _repetition_notes(repetition: list[dict]) -> list[str]:
+    notes = []
+    if not repetition:
+        return notes
+    n = repetition[0]["repeat_n"]
+    without = sum(r["requests_without_tokens"] for r in repetition)
+    if without:
+        notes.append(f"{without} requests have no prompt_token_ids or output_token_ids: they are left out of "
+                     "the repetition statistics (repeat_ratio)")
+    empty = [f"{r['deployment_id']}/{r['category']}" for r in repetition if r["repeat_ratio"] is None]
+    if empty and len(empty) < len(repetition):
+        notes.append(f"repeat_ratio is null for {', '.join(empty)}: no request there has token ids and an "
+                     f"output position with {n} tokens of context")
+    elif empty:
+        notes.append("repeat_ratio is null everywhere: no request carries prompt_token_ids and output_token_ids")
+    return notes
+
+
+def _input(summary: LoadSummary) -> dict[str, Any]:
+    by_reason: dict[str, int] = defaultdict(int)
+    for table_reasons in summary.rejected.values():
+        for reason, n in table_reasons.items():
+            by_reason[reason] += n
+    return {
+        **{t: summary.rows_read.get(t, 0) for t in TABLE_ORDER},
+        "rejected_rows": summary.rejected_total,
+        "rejected_by_reason": dict(sorted(by_reason.items())),
+        "rejected_by_table": {t: dict(sorted(r.items())) for t, r in summary.rejected.items() if r},
+    }
+
+
+def _input_notes(summary: LoadSummary) -> list[str]:
+    notes = []
+    if summary.rejected_total:
+        parts = ", ".join(f"{reason} {n}" for reason, n in _input(summary)["rejected_by_reason"].items())
+        notes.append(f"{summary.rejected_total} rows were rejected and left out ({parts}); "
+                     "see the rejected_rows table")
+    for table in TABLE_ORDER:
+        if not summary.present.get(table):
+            if table == "intervals":
+                continue  # optional aggregate counters: their absence loses nothing
+            what = {"requests": "latency, capacity and categories are unavailable",
+                    "steps": "round times, speedup and the load curve are unavailable",
+                    "rounds": "only the interval views are available (interval_acceptance); per-round acceptance, "
+                              "positions, truncation, speedup and the load curve are unavailable"}.get(table, "")
+            notes.append(f"the {table} table is absent: {what}".rstrip(": "))
+        elif summary.rows_clean.get(table, 0) == 0:
+            notes.append(f"the {table} table has no clean rows: the metrics it feeds are null")
+    return notes
+
+
+def _table_notes(con, summary: LoadSummary) -> list[str]:
+    notes = []
+    overlapping = con.execute("select count(*) from steps where draft_ms + verify_ms > duration_ms").fetchone()[0]
+    if overlapping:
+        notes.append(f"{overlapping} steps have draft_ms + verify_ms > duration_ms (drafting overlaps "
+                     "verification): their other_ms is unknown")
+    unknown_parts = con.execute("select count(*) from steps where draft_ms is null or verify_ms is null").fetchone()[0]
+    if unknown_parts:
+        notes.append(f"{unknown_parts} steps lack draft_ms or verify_ms: their other_ms is unknown")
+    no_step = con.execute("select coalesce(sum(num_rounds), 0) from round_cells where not has_step"
+                          ).fetchone()[0] if summary.present.get("steps") else 0
+    if no_step:
+        notes.append(f"{no_step} rounds have no clean step: they count for acceptance only, not for timing")
+    no_context = con.execute("select coalesce(sum(num_rounds), 0) from round_cells where context_bucket is null"
+                             ).fetchone()[0]
+    if no_context and summary.rows_clean.get("rounds"):
+        notes.append(f"{no_context} rounds lack context_len: they are left out of the context curve")
+    return notes
+
+
+def _deployment_notes(d: dict, entry: dict, latency_n: dict, requests_present: bool,
+                      steps_present: bool) -> list[str]:
+    dep = d["deployment_id"]
+    notes = []
+    if d["num_rounds"] == 0:
+        notes.append(f"{dep}: no clean rounds, so every acceptance metric is null")
+    elif d["num_spec_rounds"] == 0:
+        if d["method"] == "none":
+            notes.append(f"{dep}: plain decoding (a baseline), so mean_accept_length, acceptance_rate and "
+                         "speedup are null")
+        else:
+            notes.append(f"{dep}: no round drafted a token, so mean_accept_length and acceptance_rate are null")
+    if d["method"] != "none" and d["speedup"] is None and d["speedup_note"]:
+        notes.append(f"{dep}: {d['speedup_note']}")
+    elif d["speedup"] is not None and d["speedup_coverage"] is not None and d["speedup_coverage"] < 1:
+        notes.append(f"{dep}: speedup covers {d['speedup_coverage']:.1%} of its committed tokens; the rest ran in "
+                     "prefill steps or batch buckets its baseline never ran")
+    if requests_present:
+        missing = [m for m in LATENCY_METRICS if not latency_n.get(m)]
+        if missing:
+            notes.append(f"{dep}: latency {', '.join(missing)} is null: no clean request (or, for itl and "
+                         "max_stall, no round with a clean step) has the times it needs")
+        if entry["capacity"]["preemptions_per_request"] is None and entry["capacity"]["completed_requests"]:
+            notes.append(f"{dep}: preemptions_per_request is unknown: no requests file has num_preemptions")
+        if steps_present and entry["capacity"]["candidate_kv_share"] is None:
+            notes.append(f"{dep}: candidate_kv_share is unknown: kv_capacity_tokens is not set or there are no steps")
+    return notes

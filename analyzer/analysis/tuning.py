@@ -1,0 +1,561 @@
+"""Which speculation length pays, per batch size? A round-cost model and a recommendation.
+
+``recommend(con, deployment_id)`` answers ``specan recommend`` (commands.md): for
+each batch bucket b it predicts the speedup of every speculation length γ from
+0 to the deployment's num_speculative_tokens, picks the best, and writes the
+choice as vLLM's ``num_speculative_tokens_per_batch_size`` ranges.
+
+The three ingredients (commands.md)
+-----------------------------------
+1. E[L](γ) = 1 + Σ_{i ≤ γ} Π_{j ≤ i} a_j, from the conditional acceptance a_j of
+   ``position_acceptance``, pooled over all of the deployment's rounds
+   (``expected_length``). Unknown past the deepest position any round drafted.
+2. T_round(γ, b), the round time at γ in bucket b. Where steps whose requests
+   all proposed γ drafts ran in b (view ``gamma_costs``), their measured mean
+   round time (each step weighted by its rounds, as metrics.md counts round
+   time). Elsewhere the bucket's fitted round-cost model (below), evaluated at
+   the batch size a round of b sees on average, B̄ = Σ rounds·B / Σ rounds,
+   and X = B̄ · (1 + γ · r) tokens verified, where r is the bucket's verified
+   nodes per draft (1 for chain methods; for tree methods the observed ratio,
+   so a tree keeps its width as γ changes).
+3. t0(b), the matched baseline's time per token in b (``baseline_t0``, read
+   through ``speedup_by_batch``, which also gives the measured speedup(b)).
+
+predicted_speedup(γ, b) = t0(b) · E[L](γ) / T_round(γ, b); γ = 0 is plain decoding,
+1.0 by definition. The recommended k maximises it (the smaller γ on a tie), and 0
+wins unless some γ > 0 beats 1.0.
+
+The round-cost model
+--------------------
+Per deployment and batch bucket, over its decode-only steps (view ``cost_steps``),
+ordinary least squares of the step's duration T on X = tokens verified,
+Σ (coalesce(num_verified_nodes, num_draft_tokens) + 1), and B = batch size:
+
+    T = α + β_tokens · X + β_batch · B  [+ q · X²]
+
+The SQL view ``cost_model`` holds the sums of the normal equations, centred on
+the bucket means (Σx², Σxb, Σb², Σx³, Σx⁴, Σx²b, Σy², Σxy, Σby, Σx²y) so they
+stay well conditioned; numpy solves the small system. A regressor that never
+varies in the bucket is dropped (B in buckets ``1`` and ``2``; its effect is in α).
+When X is (almost) proportional to B, which happens when γ never varied, the
+system is singular: B is dropped, the fit is marked ``singular`` with the
+reason, and it is not used to extrapolate.
+
+Rule for the quadratic term q·X²: it is tried only with at least 4 distinct X
+values in the bucket and at least one residual degree of freedom left, and kept
+when it lowers the Bayesian information criterion, n · ln(SSE_lin / SSE_quad) >
+ln(n), i.e. when it improves the fit by more than one parameter's worth.
+A residual sum below 1e-9 of the total sum of squares counts as an exact fit:
+an exact linear fit keeps the linear model, and an exact quadratic beats an
+inexact linear one.
+
+Reported per fit: the coefficients in the original units, R² = 1 − SSE / SST
+(null when every step took the same time), RMSE = √(SSE / n), n_steps, the
+observed γ list, whether γ varied, and the mean residual of the steps at each
+observed γ (measured minus fitted): a residual far from 0 says the model bends
+where the data do not.
+
+γ varied in a bucket when its uniform-γ steps show at least two lengths (0
+included), or when it has mixed steps (requests of one step proposing different
+numbers of drafts, as n-gram lookup does) and the fit is not singular. Where γ
+never varied, cost can't be extrapolated: the bucket keeps its observed γ when
+its measured speedup(b) (``speedup_by_batch``) is above 1, and gets 0 otherwise,
+with a note. Only the observed γ gets a predicted speedup there.
+
+A step's γ is the number of drafts its requests *proposed*, num_draft_tokens +
+num_invalidated_tokens, when every request of the step proposed the same number
+(``cost_steps.gamma``): that is the length the config sets, and a step whose
+grammar cut some drafts still paid for drafting them. X, as commands.md says,
+counts what was verified; so a step with grammar cuts verifies fewer tokens than
+it drafted, which the fit can't see (it bends the fit at small X in bucket 1).
+
+``marginal_returns(con)`` gives, per bucket and per position i, what the i-th
+draft adds (ΔE[L]_i = Pr(K ≥ i) = marginal_gain_i) and costs (ΔT_i = T_round(i) −
+T_round(i − 1), measured where both lengths were measured, else both from the
+fit), and whether it pays: E(i)/T(i) > E(i−1)/T(i−1), equivalently ΔE/E(i−1) >
+ΔT/T(i−1). T_round(0) is t0(b), plain decoding, so position 1 pays exactly when
+predicted_speedup(1) > 1; without t0 it is the deployment's own round time at 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from . import buckets
+
+BUCKETS = buckets.labels("batch")
+BUCKET_BOUNDS = buckets.bounds("batch")
+# vLLM 0.32.0 documents Dynamic SD as tested with these methods only.
+DYNAMIC_SD_METHODS = ("eagle", "eagle3", "dflash")
+
+EXACT_FIT = 1e-9        # SSE / SST below this is an exact fit
+SINGULAR = 1e-9         # smallest eigenvalue of the regressors' correlation matrix
+MIN_DISTINCT_FOR_QUADRATIC = 4
+NO_DRAFT_NOTE_SHARE = 0.05  # note when more rounds than this proposed no draft at all
+
+
+class UnknownDeployment(ValueError):
+    """The deployment id is not among the clean deployments."""
+
+
+# --------------------------------------------------------------------------- E[L]
+
+def expected_length(conditionals: Sequence[float | None], gamma: int) -> float | None:
+    """E[L](γ) = 1 + Σ_{i ≤ γ} Π_{j ≤ i} a_j, the seed's expected_length of a_1 … a_γ.
+
+    ``conditionals`` are a_1, a_2, … (position 1 first). Once a product reaches 0
+    further positions add nothing, known or not; otherwise an unknown (None or
+    missing) a_i makes E[L](γ) unknown for γ ≥ i.
+    """
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    total = survival = 1.0
+    for i in range(gamma):
+        if survival == 0:
+            break
+        a = conditionals[i] if i < len(conditionals) else None
+        if a is None:
+            return None
+        if not 0 <= a <= 1:
+            raise ValueError(f"conditional acceptance must be in [0, 1], got {a} at position {i + 1}")
+        survival *= a
+        total += survival
+    return total
+
+
+# --------------------------------------------------------------------------- the round-cost fit
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def _solve(cov: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """Slopes of centred least squares, and the smallest eigenvalue of the correlation
+    matrix; None when singular."""
+    scale = np.sqrt(np.diag(cov))
+    if np.any(scale <= 0):
+        return None
+    corr = cov / np.outer(scale, scale)
+    smallest = float(np.linalg.eigvalsh(corr).min())
+    if smallest < SINGULAR:
+        return None
+    z = np.linalg.solve(corr, rhs / scale)
+    return z / scale, smallest
+
+
+def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The fit of one (deployment, bucket) from its ``cost_model`` row."""
+    n = int(row["n_steps"])
+    sxx, sxb, sbb = float(row["sxx"] or 0), float(row["sxb"] or 0), float(row["sbb"] or 0)
+    syy = float(row["syy"] or 0)
+    m2 = sxx / n
+    cov = {("x", "x"): sxx, ("x", "b"): sxb, ("b", "b"): sbb,
+           ("x", "q"): float(row["sxxx"] or 0), ("b", "q"): float(row["sxxb"] or 0),
+           ("q", "q"): float(row["sxxxx"] or 0) - sxx * m2}
+    rhs = {"x": float(row["sxy"] or 0), "b": float(row["sby"] or 0), "q": float(row["sxxy"] or 0)}
+
+    def c(u: str, v: str) -> float:
+        return cov.get((u, v), cov.get((v, u)))
+
+    gammas = [int(g) for g in row["gammas"]]
+    singular_reason = None
+    terms: list[str] = []
+    dropped: list[str] = []
+    varies_x = row["distinct_tokens"] > 1 and sxx > 0
+    varies_b = row["distinct_batch_sizes"] > 1 and sbb > 0
+    if varies_x:
+        terms.append("x")
+    else:
+        singular_reason = ("tokens verified never varied in this bucket: the cost per verified token "
+                           "can't be estimated")
+    if varies_b:
+        if varies_x and sxb * sxb >= (1 - SINGULAR) * sxx * sbb:
+            dropped.append("batch_size")
+            singular_reason = ("tokens verified is proportional to batch size (γ never varied): "
+                               "their effects can't be separated; batch_size was dropped")
+        else:
+            terms.append("b")
+    else:
+        dropped.append("batch_size")
+
+    def solve(use: list[str]) -> tuple[np.ndarray, float] | None:
+        if not use:
+            return np.zeros(0), syy
+        mat = np.array([[c(u, v) for v in use] for u in use])
+        vec = np.array([rhs[u] for u in use])
+        solved = _solve(mat, vec)
+        if solved is None:
+            return None
+        slopes, _ = solved
+        return slopes, max(syy - float(slopes @ vec), 0.0)
+
+    linear = solve(terms)
+    if linear is None:  # numerically singular despite the checks above: keep X alone
+        singular_reason = singular_reason or "the normal equations are singular"
+        dropped += [name for t, name in (("b", "batch_size"),) if t in terms]
+        terms = [t for t in terms if t == "x"]
+        linear = solve(terms)
+        if linear is None:
+            terms, linear = [], (np.zeros(0), syy)
+    slopes, sse = linear
+    quadratic = False
+    tol = EXACT_FIT * syy
+    if ("x" in terms and row["distinct_tokens"] >= MIN_DISTINCT_FOR_QUADRATIC
+            and n - (len(terms) + 2) >= 1 and syy > 0 and sse > tol):
+        quad = solve(terms + ["q"])
+        if quad is not None:
+            q_slopes, q_sse = quad
+            if q_sse <= tol or n * math.log(sse / q_sse) > math.log(n):
+                quadratic, slopes, sse = True, q_slopes, q_sse
+                terms = terms + ["q"]
+    coef = dict(zip(terms, (float(s) for s in slopes)))
+    bx, bb, q = coef.get("x", 0.0), coef.get("b", 0.0), coef.get("q", 0.0)
+    mean_x, mean_b, mean_y = float(row["mean_x"]), float(row["mean_b"]), float(row["mean_y"])
+    fit = {
+        "deployment_id": row["deployment_id"],
+        "batch_bucket": row["batch_bucket"],
+        "n_steps": n,
+        "num_rounds": int(row["num_rounds"]),
+        "alpha": mean_y - bx * mean_x - bb * mean_b + q * (mean_x * mean_x - m2),
+        "beta_tokens": bx - 2 * q * mean_x if "x" in terms else None,
+        "beta_batch": bb if "b" in terms else None,
+        "q": q if quadratic else None,
+        "quadratic": quadratic,
+        "terms": [{"x": "tokens_verified", "b": "batch_size", "q": "tokens_verified^2"}[t] for t in terms],
+        "dropped": dropped,
+        "r2": 1 - sse / syy if syy > 0 else None,
+        "rmse": math.sqrt(sse / n),
+        "observed_gamma": gammas,
+        "mixed_steps": int(row["mixed_steps"]),
+        "gamma_varied": len(gammas) >= 2 or (row["mixed_steps"] > 0 and "x" in terms and singular_reason is None),
+        "singular": singular_reason is not None,
+        "singular_reason": singular_reason,
+        "mean_batch_size": float(row["round_mean_batch_size"]),
+        "nodes_per_draft": float(row["nodes_per_draft"]) if row["nodes_per_draft"] is not None else None,
+        "tokens_range": [int(row["min_tokens"]), int(row["max_tokens"])],
+        "batch_size_range": [int(row["min_batch_size"]), int(row["max_batch_size"])],
+    }
+    fit["residuals"] = {
+        str(g): c_row["step_ms"] - predict_round_ms(fit, c_row["mean_tokens_verified"], c_row["mean_batch_size"],
+                                                    tokens_sq=c_row["mean_tokens_verified_sq"])
+        for g, c_row in sorted(costs.items())
+    }
+    return fit
+
+
+def predict_round_ms(fit: dict[str, Any], tokens: float, batch_size: float, *,
+                     tokens_sq: float | None = None) -> float:
+    """The fitted step time at X = ``tokens``, B = ``batch_size`` (``tokens_sq`` = mean X²
+    when predicting a mean over steps)."""
+    x2 = tokens * tokens if tokens_sq is None else tokens_sq
+    return (fit["alpha"] + (fit["beta_tokens"] or 0.0) * tokens + (fit["beta_batch"] or 0.0) * batch_size
+            + (fit["q"] or 0.0) * x2)
+
+
+def _gamma_costs(con, deployment_id: str | None) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
+    where, params = ("where deployment_id = ?", [deployment_id]) if deployment_id else ("", [])
+    out: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for r in _rows(con, f"select * from gamma_costs {where} order by deployment_id, bucket_min, gamma", params):
+        out[(r["deployment_id"], r["batch_bucket"])][int(r["gamma"])] = r
+    return out
+
+
+def round_cost_fits(con: duckdb.DuckDBPyConnection, deployment_id: str | None = None, *,
+                    _costs: dict | None = None) -> list[dict[str, Any]]:
+    """The round-cost fit per (deployment_id, batch_bucket), in bucket order (see the module doc).
+
+    Each dict: deployment_id, batch_bucket, n_steps, num_rounds, alpha, beta_tokens,
+    beta_batch, q (null unless the quadratic term is kept), quadratic, terms, dropped,
+    r2, rmse, observed_gamma, mixed_steps, gamma_varied, singular, singular_reason,
+    mean_batch_size (round-weighted), nodes_per_draft, tokens_range, batch_size_range,
+    residuals {γ: mean measured − fitted step time of the steps at γ}.
+    """
+    where, params = ("where deployment_id = ?", [deployment_id]) if deployment_id else ("", [])
+    costs = _costs if _costs is not None else _gamma_costs(con, deployment_id)
+    rows = _rows(con, f"select * from cost_model {where} order by deployment_id, bucket_min", params)
+    return [_fit_bucket(r, costs.get((r["deployment_id"], r["batch_bucket"]), {})) for r in rows]
+
+
+# --------------------------------------------------------------------------- shared inputs
+
+def _inputs(con: duckdb.DuckDBPyConnection, deployment_id: str | None) -> dict[str, Any]:
+    where, params = ("where deployment_id = ?", [deployment_id]) if deployment_id else ("", [])
+    conditionals: dict[str, list[float | None]] = defaultdict(list)
+    for r in _rows(con, f"select deployment_id, position, conditional from position_acceptance {where} "
+                        "order by deployment_id, position", params):
+        conditionals[r["deployment_id"]].append(r["conditional"])
+    # speedup_by_batch carries t0(b) (baseline_t0 with no context bucket) beside the measured
+    # speedup, for every bucket where the deployment has decode-only rounds: one scan, not two.
+    measured = {(r["deployment_id"], r["batch_bucket"]): r for r in _rows(
+        con, f"select deployment_id, batch_bucket, t0_ms, speedup from speedup_by_batch {where}", params)}
+    t0 = {key: r["t0_ms"] for key, r in measured.items() if r["t0_ms"] is not None}
+    costs = _gamma_costs(con, deployment_id)
+    return {"conditionals": conditionals, "t0": t0, "measured": measured,
+            "costs": costs, "fits": round_cost_fits(con, deployment_id, _costs=costs)}
+
+
+def _fit_usable(fit: dict[str, Any]) -> bool:
+    return fit["gamma_varied"] and not fit["singular"] and fit["beta_tokens"] is not None
+
+
+def _round_time(fit: dict[str, Any], costs: dict[int, dict], gamma: int, *,
+                measured_only: bool = False, fitted_only: bool = False) -> tuple[float | None, str | None]:
+    """T_round(γ) in the fit's bucket: measured where observed, else the fit."""
+    if gamma in costs and not fitted_only:
+        return float(costs[gamma]["round_ms"]), "measured"
+    if measured_only or not _fit_usable(fit):
+        return None, None
+    batch = fit["mean_batch_size"]
+    tokens = batch * (1 + gamma * (fit["nodes_per_draft"] or 1.0))
+    value = predict_round_ms(fit, tokens, batch)
+    return (value, "fit") if value > 0 else (None, None)
+
+
+# --------------------------------------------------------------------------- marginal returns
+
+def marginal_returns(con: duckdb.DuckDBPyConnection, deployment_id: str | None = None) -> list[dict[str, Any]]:
+    """Per (deployment, bucket) and draft position i = 1 … num_speculative_tokens: does position i pay?
+
+    Each dict: deployment_id, batch_bucket, baseline_ms_per_token (t0, or null),
+    positions [{position, marginal_gain (ΔE[L]_i = Pr(K ≥ i)), expected_length (E(i)),
+    round_ms (T(i)), prev_round_ms (T(i−1)), delta_round_ms (ΔT_i), source
+    ("measured" | "fit" | null), pays (bool | null)}], and largest_paying_gamma: the
+    largest γ such that positions 1 … γ all pay (0 when position 1 does not; null
+    when position 1 is unknown).
+    """
+    spec = _spec_deployments(con, deployment_id)
+    data = _inputs(con, deployment_id)
+    out = []
+    for fit in data["fits"]:
+        dep, bucket = fit["deployment_id"], fit["batch_bucket"]
+        if dep not in spec:
+            continue
+        conds = data["conditionals"].get(dep, [])
+        costs = data["costs"].get((dep, bucket), {})
+        t0 = data["t0"].get((dep, bucket))
+        positions = []
+        for i in range(1, spec[dep]["num_speculative_tokens"] + 1):
+            e_now, e_prev = expected_length(conds, i), expected_length(conds, i - 1)
+            gain = e_now - e_prev if e_now is not None and e_prev is not None else None
+            if i in costs and (i - 1 in costs or (i == 1 and t0 is not None)):
+                now, source = _round_time(fit, costs, i, measured_only=True)
+            else:
+                now, source = _round_time(fit, costs, i, fitted_only=True)
+            if i == 1 and t0 is not None:
+                prev = t0
+            elif source == "measured":
+                prev, _ = _round_time(fit, costs, i - 1, measured_only=True)
+            else:
+                prev, _ = _round_time(fit, costs, i - 1, fitted_only=True)
+            known = None not in (now, prev, e_now, e_prev)
+            positions.append({
+                "position": i,
+                "marginal_gain": gain,
+                "expected_length": e_now,
+                "round_ms": now,
+                "prev_round_ms": prev,
+                "delta_round_ms": now - prev if now is not None and prev is not None else None,
+                "source": source if known else None,
+                "pays": (e_now / now > e_prev / prev) if known else None,
+            })
+        largest: int | None = None
+        for p in positions:
+            if p["pays"] is None:
+                break
+            if not p["pays"]:
+                largest = p["position"] - 1
+                break
+            largest = p["position"]
+        if largest is None and positions and positions[0]["pays"] is False:
+            largest = 0
+        out.append({"deployment_id": dep, "batch_bucket": bucket, "baseline_ms_per_token": t0,
+                    "positions": positions, "largest_paying_gamma": largest})
+    return out
+
+
+# --------------------------------------------------------------------------- recommend
+
+def _spec_deployments(con, deployment_id: str | None = None) -> dict[str, dict[str, Any]]:
+    rows = _rows(con, "select deployment_id, method, num_speculative_tokens from deployments "
+                      "where method <> 'none' order by deployment_id")
+    return {r["deployment_id"]: r for r in rows if deployment_id in (None, r["deployment_id"])}
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str) -> dict[str, Any]:
+    """The ``specan recommend`` document for one deployment (commands.md).
+
+    Keys: deployment_id, method, num_speculative_tokens, baseline_id,
+    num_speculative_tokens_per_batch_size ([[start, end, k], …], empty without any
+    prediction), buckets [{batch_bucket, observed_gamma, predicted_speedup {"0": 1.0,
+    "1": …}, recommended, baseline_ms_per_token, fit_r2, measured_speedup,
+    gamma_varied, round_ms {γ: ms}, round_ms_source {γ: "measured" | "fit" | null}}],
+    cost_fits (``round_cost_fits`` of the deployment), notes.
+
+    Raises UnknownDeployment when ``deployment_id`` is not a clean deployment.
+    """
+    deployments = _rows(con, "select deployment_id, method, num_speculative_tokens from deployments "
+                             "order by deployment_id")
+    known = {r["deployment_id"]: r for r in deployments}
+    if deployment_id not in known:
+        listed = ", ".join(known) or "none"
+        raise UnknownDeployment(f"unknown deployment {deployment_id!r}; known deployments: {listed}")
+    dep = known[deployment_id]
+    method, max_gamma = dep["method"], int(dep["num_speculative_tokens"] or 0)
+    doc: dict[str, Any] = {"deployment_id": deployment_id, "method": method,
+                           "num_speculative_tokens": max_gamma, "baseline_id": None,
+                           "num_speculative_tokens_per_batch_size": [], "buckets": [], "cost_fits": [],
+                           "notes": []}
+    notes: list[str] = doc["notes"]
+    if method == "none":
+        notes.append(f"{deployment_id} is plain decoding (method none): there is no speculation length to tune.")
+        return doc
+    if method not in DYNAMIC_SD_METHODS:
+        notes.append(f"vLLM 0.32.0 documents Dynamic SD (num_speculative_tokens_per_batch_size) as tested with "
+                     f"EAGLE, EAGLE-3 and DFlash only, and falling back to a fixed length under data "
+                     f"parallelism; {deployment_id} uses method {method}.")
+    if max_gamma < 1:
+        notes.append(f"{deployment_id} has num_speculative_tokens = {max_gamma}: only k = 0 is possible.")
+
+    baseline = con.execute("select baseline_id, baseline_note from matched_baseline where deployment_id = ?",
+                           [deployment_id]).fetchone()
+    baseline_id, baseline_note = baseline if baseline else (None, None)
+    doc["baseline_id"] = baseline_id
+    steps_present = con.execute("select present from trace_tables where table_name = 'steps'").fetchone()
+
+    data = _inputs(con, deployment_id)
+    conds = data["conditionals"].get(deployment_id, [])
+    fits = data["fits"]
+    doc["cost_fits"] = fits
+    lengths = {g: expected_length(conds, g) for g in range(max_gamma + 1)}
+    unknown_lengths = [g for g, e in lengths.items() if e is None]
+    if unknown_lengths:
+        g = unknown_lengths[0]
+        notes.append(f"E[L](γ) is unknown for γ ≥ {g}: the conditional acceptance at position {g} is unknown "
+                     f"(no round drafted that position, or none reached it), so those lengths get no prediction.")
+    # rounds that drafted nothing and had nothing cut by a grammar: neither speculative nor fully invalidated
+    no_draft = con.execute(
+        "select coalesce(sum(num_rounds - num_spec_rounds - fully_invalidated_rounds), 0), "
+        "coalesce(sum(num_rounds), 0) from request_rounds where deployment_id = ?", [deployment_id]).fetchone()
+    if no_draft[1] and no_draft[0] / no_draft[1] > NO_DRAFT_NOTE_SHARE:
+        notes.append(f"{no_draft[0] / no_draft[1]:.1%} of {deployment_id}'s rounds proposed no draft (no match, "
+                     f"or speculation off). E[L](γ) counts every round as drafting γ, so the predictions "
+                     f"overstate what it gains at each γ.")
+
+    if not steps_present or not steps_present[0]:
+        notes.append("No steps table: round costs are unknown, so there is no recommendation.")
+        return doc
+    if not fits:
+        notes.append(f"{deployment_id} has no decode-only steps with a clean step: round costs are unknown, "
+                     f"so there is no recommendation.")
+        return doc
+    if baseline_id is None:
+        notes.append(f"No matched baseline ({baseline_note or 'none found'}): t0 is unknown, so there is no "
+                     f"recommendation.")
+
+    never_varied: list[str] = []
+    for fit in fits:
+        bucket = fit["batch_bucket"]
+        costs = data["costs"].get((deployment_id, bucket), {})
+        t0 = data["t0"].get((deployment_id, bucket))
+        measured = data["measured"].get((deployment_id, bucket), {}).get("speedup")
+        times: dict[str, float | None] = {}
+        sources: dict[str, str | None] = {}
+        predicted: dict[str, float | None] = {"0": 1.0}
+        for g in range(1, max_gamma + 1):
+            if fit["gamma_varied"]:
+                ms, source = _round_time(fit, costs, g)
+            else:
+                ms, source = _round_time(fit, costs, g, measured_only=True)
+            times[str(g)], sources[str(g)] = ms, source
+            e = lengths[g]
+            predicted[str(g)] = t0 * e / ms if None not in (t0, e, ms) else None
+        recommended: int | None = None
+        if t0 is not None:
+            observed = fit["observed_gamma"]
+            if fit["gamma_varied"]:
+                best_gamma, best = 0, 1.0
+                for g in range(1, max_gamma + 1):
+                    value = predicted[str(g)]
+                    if value is not None and value > best:
+                        best_gamma, best = g, value
+                recommended = best_gamma
+            elif len(observed) == 1 and measured is not None:
+                g = min(observed[0], max_gamma)
+                recommended = g if measured > 1 else 0
+                keep = (f"keeps γ = {g} because its measured speedup {_fmt(measured)} > 1" if measured > 1
+                        else f"gets 0 because its measured speedup {_fmt(measured)} ≤ 1")
+                never_varied.append(f"{bucket} (only γ = {observed[0]} observed; {keep})")
+        doc["buckets"].append({
+            "batch_bucket": bucket,
+            "observed_gamma": fit["observed_gamma"],
+            "predicted_speedup": predicted,
+            "recommended": recommended,
+            "baseline_ms_per_token": t0,
+            "fit_r2": fit["r2"],
+            "measured_speedup": measured,
+            "gamma_varied": fit["gamma_varied"],
+            "round_ms": times,
+            "round_ms_source": sources,
+        })
+    if never_varied:
+        notes.append("γ never varied in these buckets, so round cost can't be extrapolated to other lengths; "
+                     "each keeps its observed γ when its measured speedup is above 1 and gets 0 otherwise: "
+                     + "; ".join(never_varied) + ".")
+    doc["num_speculative_tokens_per_batch_size"] = _ranges(doc, fits, data, notes)
+    return doc
+
+
+def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str]) -> list[list[int]]:
+    """vLLM's inclusive [start, end, k] ranges from 1 to the largest observed bucket, gaps filled."""
+    by_bucket = {b["batch_bucket"]: b for b in doc["buckets"]}
+    observed = [f["batch_bucket"] for f in fits]
+    last = max(BUCKETS.index(b) for b in observed)
+    predicted = [(BUCKETS.index(b), by_bucket[b]["recommended"]) for b in observed
+                 if by_bucket[b]["recommended"] is not None]
+    if not predicted:
+        if doc["baseline_id"] is not None:
+            notes.append("No bucket has a prediction (no baseline t0 where the deployment ran, or no usable "
+                         "round cost): there is no recommendation.")
+        return []
+    lowest = min(i for i, _ in predicted)
+    ks = dict(predicted)
+    filled: list[str] = []
+    ranges: list[list[int]] = []
+    for i in range(last + 1):
+        bucket = BUCKETS[i]
+        if i in ks:
+            k = ks[i]
+        else:
+            lower = [j for j in ks if j < i]
+            k = ks[max(lower)] if lower else ks[lowest]
+            if bucket not in by_bucket:
+                reason = "no data"
+            elif by_bucket[bucket]["baseline_ms_per_token"] is None:
+                reason = "the baseline has no t0 there"
+            else:
+                reason = "no usable round cost"
+            filled.append(f"{bucket} ({reason}; k = {k})")
+        start, end = BUCKET_BOUNDS[bucket]
+        if end is None:
+            end = max(f["batch_size_range"][1] for f in fits if f["batch_bucket"] == bucket)
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = end
+        else:
+            ranges.append([start, end, k])
+    if filled:
+        notes.append("Buckets without a prediction take the k of the nearest lower bucket that has one "
+                     "(below the lowest predicted bucket, its k), as vLLM treats gaps: " + ", ".join(filled) + ".")
+    return ranges

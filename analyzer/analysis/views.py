@@ -1,0 +1,157 @@
+"""Create the views in ``sql/``: one view per file, the file name is the view name.
+
+The folders are the layers, in the order data flows through them:
+``staging`` (one row per row of an input table, cleaned and labelled),
+``intermediate`` (the passes over the rounds and the sums every metric reads)
+and ``marts`` (the metrics). A view reads only views of its own or an earlier
+layer.
+
+Whether a view is computed once as a table rather than on every query is
+declared in ``sql/materialized.toml``; everything else is a plain view.
+
+Dependencies come from the SQL itself, parsed with sqlglot: a view depends on
+every other view that it reads as a table. A CTE of the same name is not a
+dependency. The views are created in topological order, so adding a file never
+needs a registry edit; a cycle is an error that names the cycle.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cached_property
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from ..resources import resource_dir
+from . import buckets
+
+LAYERS = ("staging", "intermediate", "marts")
+MATERIALIZED_FILE = "materialized.toml"
+
+DEFAULT_REPEAT_N = 3
+
+
+class ViewError(Exception):
+    """A problem with the SQL files themselves (cycle, duplicate name, bad SQL)."""
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    layer: str
+    path: Path
+    sql: str
+    purpose: str
+    materialized: bool = False
+
+    @cached_property
+    def references(self) -> frozenset[str]:
+        """The relations this view reads, excluding its own CTEs."""
+        try:
+            tree = sqlglot.parse_one(self.sql, read="duckdb")
+        except sqlglot.errors.ParseError as exc:
+            raise ViewError(f"{self.path}: cannot parse view {self.name}: {str(exc).splitlines()[0]}") from None
+        ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+        tables = {table.name.lower() for table in tree.find_all(exp.Table) if table.name}
+        return frozenset(tables - ctes)
+
+
+def _materialized(sql_dir: Path) -> set[str]:
+    path = sql_dir / MATERIALIZED_FILE
+    if not path.is_file():
+        return set()
+    try:
+        declared = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ViewError(f"{path}: {exc}") from None
+    tables = declared.get("tables", [])
+    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+        raise ViewError(f"{path}: 'tables' must be a list of view names")
+    return {t.lower() for t in tables}
+
+
+def discover_views(sql_dir: Path | None = None) -> dict[str, View]:
+    sql_dir = sql_dir or resource_dir("sql")
+    materialized = _materialized(sql_dir)
+    views: dict[str, View] = {}
+    for layer in LAYERS:
+        for path in sorted((sql_dir / layer).glob("*.sql")):
+            name = path.stem.lower()
+            if name in views:
+                raise ViewError(f"{path}: view {name} is also defined in {views[name].path}")
+            text = path.read_text(encoding="utf-8").strip().rstrip(";").strip()
+            purpose = " ".join(line[2:].strip() for line in text.splitlines()
+                               if line.startswith("--")).strip()
+            views[name] = View(name, layer, path, text, purpose, name in materialized)
+    unknown = sorted(materialized - views.keys())
+    if unknown:
+        raise ViewError(f"{sql_dir / MATERIALIZED_FILE}: no view named {', '.join(unknown)}")
+    return views
+
+
+def dependencies(views: dict[str, View]) -> dict[str, list[str]]:
+    return {name: sorted((view.references & views.keys()) - {name}) for name, view in views.items()}
+
+
+def dependency_order(views: dict[str, View]) -> list[str]:
+    # Sorted input, so the order (and every database written) is the same run to run.
+    graph = dict(sorted(dependencies(views).items()))
+    try:
+        return list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        cycle = exc.args[1]
+        raise ViewError("views form a cycle: " + " -> ".join(cycle)) from None
+
+
+def layer_violations(views: dict[str, View]) -> list[str]:
+    """Views that read a view of a later layer ("staging/a reads marts/b")."""
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    return [f"{view.layer}/{name} reads {views[dep].layer}/{dep}"
+            for name, view in sorted(views.items()) for dep in dependencies(views)[name]
+            if rank[views[dep].layer] > rank[view.layer]]
+
+
+def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N,
+                  sql_dir: Path | None = None) -> None:
+    """Macros the views call, and the bucket seed. They are stored in the database,
+    so plain duckdb has them too.
+
+    ``ngram_hash(s, i)`` hashes the (n+1)-gram of list ``s`` ending at 1-based index i.
+    It is written out with n + 1 arguments rather than as a list slice, which would
+    allocate a list per token and run about 15x slower.
+    """
+    if not 1 <= repeat_n <= 32:
+        raise ValueError(f"repeat n must be between 1 and 32, got {repeat_n}")
+    parts = ", ".join(f"s[i - {j}]" for j in range(repeat_n, 0, -1))
+    con.execute(f"create or replace macro repeat_n() as {repeat_n}")
+    con.execute(f"create or replace macro ngram_hash(s, i) as hash({parts}, s[i])")
+    con.execute(buckets.macros_sql())
+    macros = (sql_dir or resource_dir("sql")) / "macros.sql"
+    if macros.is_file():
+        con.execute(macros.read_text(encoding="utf-8"))
+
+
+def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
+                 repeat_n: int = DEFAULT_REPEAT_N, progress=None, temporary: bool = False) -> list[str]:
+    """Create the macros and every view; returns the view names in creation order.
+
+    ``progress`` is told about each materialised table: those are the long steps.
+    """
+    create_macros(con, repeat_n, sql_dir)
+    views = discover_views(sql_dir)
+    order = dependency_order(views)
+    for name in order:
+        view = views[name]
+        kind = ("temp table" if temporary else "table") if view.materialized else "view"
+        if view.materialized and progress:
+            progress(f"computing {name}")
+        try:
+            con.execute(f'create or replace {kind} "{name}" as\n{view.sql}')
+        except duckdb.Error as exc:
+            raise ViewError(f"{view.path}: cannot create view {name}: {str(exc).splitlines()[0]}") from None
+    return order

@@ -1,0 +1,1 @@
+"""Read traces: schemas, row rules, loading Parquet into DuckDB, engine importers."""

@@ -1,0 +1,585 @@
+"""What every importer shares: errors, the summary, times, the deployments row,
+rounds reconciled with usage, and the writer that appends new Parquet files.
+
+The writer never rewrites a file. Each table an import fills gets one new file,
+``TRACES/<table>/import-<source>-<UTC time>-<random>.parquet`` (one per date
+partition when the directory is partitioned by ``date=``), written aside under
+a name the loader ignores and then linked into place, which fails rather than
+replace anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import re
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ...resources import resource_dir
+
+# Declared type → the exact Arrow type an importer writes.
+ARROW = {
+    "VARCHAR": pa.string(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "INTEGER[]": pa.list_(pa.int32()),
+    "BIGINT[]": pa.list_(pa.int64()),
+}
+
+# The optional import_notes table (no schema file: nothing validates it, the report only shows it).
+IMPORT_NOTES_SCHEMA = pa.schema([
+    pa.field("source", pa.string()),
+    pa.field("deployment_id", pa.string()),
+    pa.field("note", pa.string()),
+    pa.field("imported_at", pa.timestamp("us", tz="UTC")),
+])
+
+DEPLOYMENT_REQUIRED = ("deployment_id", "model", "method", "num_speculative_tokens")
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_US = dt.timedelta(microseconds=1)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ImportInputError(Exception):
+    """Input an importer cannot use at all. The CLI prints it on one line and exits 2."""
+
+
+class MalformedInput(ImportInputError):
+    """A file that is not what the source promises: names the file and the line."""
+
+    def __init__(self, path: str | Path, line: int, problem: str):
+        self.path, self.line, self.problem = Path(path), line, problem
+        super().__init__(f"{path}:{line}: {problem}")
+
+
+class ImportConflict(ImportInputError):
+    """The trace directory can't take this import (a differing deployments row, a single-file table)."""
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass
+class Overrides:
+    """The deployments values given on the command line (None: infer from the source)."""
+
+    model: str | None = None
+    method: str | None = None
+    num_speculative_tokens: int | None = None
+
+
+@dataclass
+class ImportSummary:
+    source: str
+    out: Path
+    rows: dict[str, int] = field(default_factory=dict)          # table → rows written
+    files: dict[str, list[Path]] = field(default_factory=dict)  # table → files written
+    skipped: Counter = field(default_factory=Counter)          # reason → records or lines skipped
+    notes: list[tuple[str | None, str]] = field(default_factory=list)  # (deployment_id or None, text)
+    deployments: dict[str, str] = field(default_factory=dict)  # deployment_id → new row | already present
+    quiet_reasons: frozenset[str] = frozenset()                # skip reasons not persisted as notes
+
+    def note(self, text: str, deployment_id: str | None = None) -> None:
+        self.notes.append((deployment_id, text))
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.skipped[reason] += n
+
+    def lines(self) -> list[str]:
+        """The summary as printed by ``specan import``."""
+        out = [f"specan import {self.source} → {self.out}"]
+        for dep, status in self.deployments.items():
+            out.append(f"  deployment {dep}: {status}")
+        width = max([len(t) for t in self.rows] + [8])
+        for table, n in self.rows.items():
+            files = self.files.get(table, [])
+            where = (f"  {files[0]}" if len(files) == 1 else
+                     f"  {len(files)} files: {self.out / table}/date=*/{files[0].name}" if files else "")
+            out.append(f"  {table:<{width}} {n:>9} row{'s' if n != 1 else ' '}{where}")
+        if self.skipped:
+            out.append("skipped:")
+            for reason, n in sorted(self.skipped.items(), key=lambda kv: (-kv[1], kv[0])):
+                out.append(f"  {n:>9}  {reason}")
+        if self.notes:
+            out.append("notes:")
+            for dep, text in self.notes:
+                out.append(f"  - {text}" if dep is None else f"  - {dep}: {text}")
+        return out
+
+    def persisted_notes(self) -> list[tuple[str | None, str]]:
+        """Notes plus the skip counts worth showing in a report."""
+        skips = [(None, f"{n} {'record' if n == 1 else 'records'} skipped: {reason}")
+                 for reason, n in sorted(self.skipped.items()) if reason not in self.quiet_reasons]
+        return self.notes + skips
+
+
+# --------------------------------------------------------------------------- small parsers
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def epoch_us(seconds: float) -> int:
+    return int(round(seconds * 1_000_000))
+
+
+def datetime_us(moment: dt.datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return (moment - EPOCH) // _US
+
+
+def parse_time(value) -> int | None:
+    """ISO-8601 text (UTC when it has no offset) or epoch seconds → epoch µs; None if neither."""
+    if is_number(value):
+        return epoch_us(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return epoch_us(float(text))
+        except ValueError:
+            pass
+        try:
+            return datetime_us(dt.datetime.fromisoformat(text))
+        except ValueError:
+            return None
+    return None
+
+
+def ms_us(ms: float) -> int:
+    return int(round(ms * 1000))
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) for every non-blank line; a line that isn't JSON is malformed."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+    with fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield lineno, json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                reason = (f"{exc.msg.rstrip(': ')}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
+                          else "not UTF-8 text")
+                raise MalformedInput(path, lineno, f"not valid JSON ({reason}); a truncated line?") from None
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+STOP_REASON = {"stop": "eos", "length": "length", "abort": "abort", "error": "abort"}
+
+
+@dataclass
+class Reconciled:
+    """A request's rounds as (drafted, accepted, committed), after reconciliation with usage."""
+
+    rounds: list[tuple[int, int, int]]
+    plain_appended: int = 0
+    truncated_by: int = 0
+    error: str | None = None
+
+
+def reconcile(steps: list[tuple[int, int]], completion_tokens: int) -> Reconciled:
+    """Commit accepted + 1 per speculative step, then make Σ committed = completion_tokens − 1.
+
+    Short: plain decode rounds (0 drafts, 1 token) are appended. Over: the last
+    round is truncated. A last round that would commit nothing can't absorb the
+    excess, and the request gets no rounds.
+    """
+    target = max(completion_tokens - 1, 0)
+    rounds = [(d, a, a + 1) for d, a in steps]
+    total = sum(c for _, _, c in rounds)
+    if total < target:
+        plain = target - total
+        return Reconciled(rounds + [(0, 0, 1)] * plain, plain_appended=plain)
+    if total > target:
+        excess = total - target
+        if not rounds or rounds[-1][2] - excess < 1:
+            return Reconciled([], error="the counts exceed completion_tokens − 1 by more than the last "
+                                        "round can have been truncated")
+        d, a, c = rounds[-1]
+        rounds[-1] = (d, a, c - excess)
+        return Reconciled(rounds, truncated_by=excess)
+    return Reconciled(rounds)
+
+
+def rebuild_from_histogram(histogram: list[int], drafts_per_round: int) -> list[tuple[int, int]]:
+    """One round per histogram count, ordered by accepted count ascending (a synthetic order)."""
+    return [(drafts_per_round, accepted) for accepted, n in enumerate(histogram) for _ in range(n)]
+
+
+class RoundsBuffer:
+    """Rows of the rounds table, column by column."""
+
+    COLUMNS = ("deployment_id", "request_id", "round_idx", "num_draft_tokens", "num_accepted_tokens",
+               "num_committed_tokens", "stop_reason")
+
+    def __init__(self):
+        self.cols: dict[str, list] = {c: [] for c in self.COLUMNS}
+        self.times: list[int] = []  # the request's arrival, for date partitions
+
+    def __len__(self) -> int:
+        return len(self.cols["round_idx"])
+
+    def add(self, deployment_id: str, request_id: str, rounds: list[tuple[int, int, int]],
+            stop_reason: str | None, arrival_us: int) -> None:
+        n = len(rounds)
+        if not n:
+            return
+        self.times.extend([arrival_us] * n)
+        c = self.cols
+        c["deployment_id"].extend([deployment_id] * n)
+        c["request_id"].extend([request_id] * n)
+        c["round_idx"].extend(range(n))
+        for d, a, k in rounds:
+            c["num_draft_tokens"].append(d)
+            c["num_accepted_tokens"].append(a)
+            c["num_committed_tokens"].append(k)
+        c["stop_reason"].extend([None] * (n - 1) + [stop_reason])
+
+
+# --------------------------------------------------------------------------- deployments
+
+
+@dataclass
+class DeploymentRow:
+    """One deployments row. ``weak`` names values that are fallbacks (`unknown`, 0): an
+    existing row's value wins over them instead of conflicting."""
+
+    deployment_id: str
+    model: str
+    method: str
+    num_speculative_tokens: int
+    weak: frozenset[str] = frozenset()
+
+    def as_dict(self) -> dict:
+        return {c: getattr(self, c) for c in DEPLOYMENT_REQUIRED}
+
+
+def deployment_row(deployment_id: str, overrides: Overrides, *, model: str | None, speculated: bool,
+                   num_spec_tokens: int | None) -> DeploymentRow:
+    """The importers.md rules: command line, else the source, else `unknown` / 0."""
+    weak = set()
+    if overrides.model is not None:
+        model_value = overrides.model
+    elif model:
+        model_value = model
+    else:
+        model_value, _ = "unknown", weak.add("model")
+    if overrides.method is not None:
+        method = overrides.method
+    elif not speculated:
+        method = "none"
+    else:
+        method, _ = "unknown", weak.add("method")
+    if overrides.num_speculative_tokens is not None:
+        gamma = overrides.num_speculative_tokens
+    elif method == "none":
+        gamma = 0
+    elif num_spec_tokens is not None:
+        gamma = num_spec_tokens
+    else:
+        gamma, _ = 0, weak.add("num_speculative_tokens")
+    return DeploymentRow(deployment_id, model_value, method, gamma, frozenset(weak))
+
+
+# --------------------------------------------------------------------------- writer
+
+_PARTITION_SEGMENT = re.compile(r"^([^=/]+)=(.*)$")
+
+# Tables whose folders tell how a trace directory is partitioned.
+LAYOUT_TABLES = ("deployments", "requests", "steps", "rounds", "intervals", "import_notes")
+
+
+def _schema_columns(table: str) -> dict[str, str]:
+    with open(resource_dir("schemas") / f"{table}.json", encoding="utf-8") as fh:
+        return {c["name"]: c["type"] for c in json.load(fh)["columns"]}
+
+
+def arrow_schema(table: str, columns: Iterable[str]) -> pa.Schema:
+    if table == "import_notes":
+        return IMPORT_NOTES_SCHEMA
+    declared = _schema_columns(table)
+    return pa.schema([pa.field(c, ARROW[declared[c]]) for c in columns])
+
+
+def _table_files(out: Path, table: str) -> list[Path]:
+    single = out / f"{table}.parquet"
+    if single.is_file():
+        return [single]
+    folder = out / table
+    return sorted(p for p in folder.rglob("*.parquet") if p.is_file()) if folder.is_dir() else []
+
+
+def _partitions(path: Path, root: Path) -> dict[str, str]:
+    found = {}
+    for segment in path.relative_to(root).parts[:-1]:
+        m = _PARTITION_SEGMENT.match(segment)
+        if m:
+            found[m[1]] = m[2]
+    return found
+
+
+def _utc_date(us: int) -> str:
+    return (EPOCH + dt.timedelta(microseconds=us)).strftime("%Y-%m-%d")
+
+
+@dataclass
+class _Pending:
+    columns: dict[str, list]
+    times: list | None          # epoch µs per row, for date partitions; None: a replicated table
+
+
+class TraceWriter:
+    """Collects an import's tables, then writes each as new files under TRACES/<table>/.
+
+    A trace directory whose tables are Hive-partitioned by ``date=`` gets its new
+    rows in the date partition of their own time (requests and their rounds by
+    arrival_time, intervals by end_time, all UTC), and the deployments row and
+    notes in every date partition written: a table's files must agree on their
+    partitions, and a nightly run reads one date only. Any other partition key
+    can't be derived from the input, and is refused.
+    """
+
+    def __init__(self, out: Path, source: str):
+        self.out = Path(out)
+        self.source = source
+        if self.out.exists() and not self.out.is_dir():
+            raise ImportConflict(f"{self.out}: --out must be a trace directory, found a file")
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.stem = f"import-{source}-{stamp}-{uuid.uuid4().hex[:8]}"
+        self.pending: dict[str, _Pending] = {}
+        self.deployment_rows: list[DeploymentRow] = []
+        self._existing_dates: dict[str, set] = {}  # deployment id → date partitions holding it (None: flat)
+
+    # -- checks before anything is parsed or written
+
+    def check_layout(self, tables: Iterable[str]) -> None:
+        for table in tables:
+            single = self.out / f"{table}.parquet"
+            if single.is_file():
+                raise ImportConflict(
+                    f"{single}: table {table} is a single file; importers add files under {table}/ and never "
+                    f"rewrite one. Move it to {self.out / table / 'part-0.parquet'} first")
+            self.partition_keys(table)
+
+    def _keys_of(self, table: str) -> set[str] | None:
+        """Partition keys of a table's existing files; None when it has none."""
+        folder = self.out / table
+        files = _table_files(self.out, table) if folder.is_dir() else []
+        if not files:
+            return None
+        keys: set[str] = set()
+        for path in files:
+            keys |= set(_partitions(path, folder))
+        return keys
+
+    def partition_keys(self, table: str) -> tuple[str, ...]:
+        """() for flat files, ("date",) for date= partitions; anything else is a conflict."""
+        keys = self._keys_of(table)
+        if keys is None:  # a new table follows the directory
+            keys = set()
+            for other in LAYOUT_TABLES:
+                keys |= self._keys_of(other) or set()
+        if keys - {"date"}:
+            raise ImportConflict(
+                f"{self.out / table}: partitioned by {', '.join(sorted(keys))}; an import can only derive date= "
+                f"partitions. Import into an empty directory and move its files into place")
+        return tuple(sorted(keys))
+
+    # -- deployments
+
+    def existing_deployments(self, deployment_id: str) -> list[dict]:
+        rows = []
+        for path in _table_files(self.out, "deployments"):
+            try:
+                names = pq.read_schema(path).names
+                have = [c for c in DEPLOYMENT_REQUIRED if c in names]
+                if "deployment_id" not in have:
+                    continue
+                table = pq.read_table(path, columns=have, partitioning=None)
+            except (pa.ArrowException, OSError) as exc:
+                raise ImportConflict(f"{path}: table deployments: not readable Parquet "
+                                     f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+            parts = _partitions(path, self.out / "deployments") if path.parent != self.out else {}
+            for row in table.to_pylist():
+                if row.get("deployment_id") == deployment_id:
+                    rows.append({"_file": path, "_date": parts.get("date"), **row})
+        return rows
+
+    def merge_deployment(self, row: DeploymentRow, summary: ImportSummary) -> DeploymentRow:
+        """Check ``row`` against the deployments already there and queue it for writing.
+
+        A fallback value (`unknown`, 0) takes the existing row's value; any other
+        difference is a conflict. Where an identical row already is, none is written.
+        """
+        existing = self.existing_deployments(row.deployment_id)
+        mine = row.as_dict()
+        for other in existing:
+            for col in DEPLOYMENT_REQUIRED[1:]:
+                if col in row.weak and other.get(col) is not None:
+                    mine[col] = other[col]
+        for other in existing:
+            for col in DEPLOYMENT_REQUIRED[1:]:
+                if other.get(col) != mine[col]:
+                    raise ImportConflict(
+                        f"{other['_file']}: deployment {row.deployment_id!r} already exists with {col} = "
+                        f"{other.get(col)!r}, this import gives {mine[col]!r}; pass --{col.replace('_', '-')} to "
+                        f"match, or import under another --deployment")
+        merged = DeploymentRow(**mine)
+        self.deployment_rows.append(merged)
+        self._existing_dates[row.deployment_id] = {o["_date"] for o in existing}
+        summary.deployments[row.deployment_id] = ("already present, identical" if existing else "new deployments row")
+        return merged
+
+    def existing_request_ids(self, deployment_id: str) -> set[str]:
+        found: set[str] = set()
+        for path in _table_files(self.out, "requests"):
+            try:
+                names = pq.read_schema(path).names
+                if "deployment_id" not in names or "request_id" not in names:
+                    continue
+                table = pq.read_table(path, columns=["deployment_id", "request_id"], partitioning=None,
+                                      filters=[("deployment_id", "=", deployment_id)])
+            except (pa.ArrowException, OSError):
+                continue  # the loader reports unreadable files; this check is only a courtesy
+            found.update(str(v) for v in table.column("request_id").to_pylist())
+        return found
+
+    # -- collecting
+
+    def add(self, table: str, columns: dict[str, list], *, times: list | None = None,
+            drop_empty_optional: Iterable[str] = ()) -> None:
+        """A table from column lists, typed by its schema. ``times`` (epoch µs per row) place the rows
+        in date partitions when the directory has them. Listed optional columns that are all null are
+        left out, so a column the source never had stays absent (not defaulted)."""
+        drop = {c for c in drop_empty_optional if all(v is None for v in columns[c])}
+        self.pending[table] = _Pending({c: v for c, v in columns.items() if c not in drop}, times)
+
+    def add_notes(self, summary: ImportSummary, default_deployment: str | None) -> None:
+        notes = summary.persisted_notes()
+        if not notes:
+            return
+        now = datetime_us(dt.datetime.now(dt.timezone.utc))
+        self.add("import_notes", {
+            "source": [summary.source] * len(notes),
+            "deployment_id": [dep if dep is not None else default_deployment for dep, _ in notes],
+            "note": [text for _, text in notes],
+            "imported_at": [now] * len(notes),
+        })
+
+    # -- writing
+
+    def _plan(self) -> list[tuple[str, str | None, pa.Table]]:
+        """(table, date partition or None, rows) for every file to write."""
+        layout = {t: self.partition_keys(t) for t in set(self.pending) | {"deployments"}}
+        dates: set[str] = set()
+        for table, p in self.pending.items():
+            if p.times is not None and layout[table]:
+                dates |= {_utc_date(t) for t in p.times if t is not None}
+        if not dates:
+            dates = {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")}
+        plan = []
+        # deployments: a row wherever no identical one is (flat: anywhere; by date: in that date)
+        existing = self._existing_dates
+        for date in (sorted(dates) if layout["deployments"] else [None]):
+            rows = [r for r in self.deployment_rows
+                    if (existing.get(r.deployment_id) == set() if date is None
+                        else date not in existing.get(r.deployment_id, set()))]
+            if rows:
+                cols = {c: [getattr(r, c) for r in rows] for c in DEPLOYMENT_REQUIRED}
+                plan.append(("deployments", date, _arrow("deployments", cols)))
+        for table, p in self.pending.items():
+            data = _arrow(table, p.columns)
+            if not data.num_rows:
+                continue
+            if not layout[table]:
+                plan.append((table, None, data))
+            elif p.times is None:
+                plan += [(table, date, data) for date in sorted(dates)]
+            else:
+                row_dates = pa.array([_utc_date(t) for t in p.times])
+                for date in sorted(set(row_dates.to_pylist())):
+                    plan.append((table, date, data.filter(pc.equal(row_dates, date))))
+        return plan
+
+    def commit(self, summary: ImportSummary) -> None:
+        """Write every file aside, then link each into place; an existing file is never replaced."""
+        self.check_layout(set(self.pending) | ({"deployments"} if self.deployment_rows else set()))
+        plan = self._plan()
+        written: dict[str, list[str]] = {}
+        for table, date, data in plan:
+            if table == "deployments":
+                for dep in data.column("deployment_id").to_pylist():
+                    written.setdefault(dep, []).append(date)
+        summary.rows["deployments"] = len(written)
+        for dep, dates in written.items():
+            if summary.deployments.get(dep, "").startswith("already present"):
+                summary.deployments[dep] = ("already present, identical; copied into "
+                                            + ", ".join(f"date={d}" for d in dates) + " (each date needs one)")
+        for table, p in self.pending.items():
+            summary.rows[table] = len(next(iter(p.columns.values()), []))
+        staged: list[tuple[str, Path, Path]] = []
+        try:
+            for table, date, data in plan:
+                folder = self.out / table / (f"date={date}" if date is not None else "")
+                folder.mkdir(parents=True, exist_ok=True)
+                final = folder / f"{self.stem}.parquet"
+                tmp = folder / f".{self.stem}.parquet.tmp"
+                pq.write_table(data, tmp)
+                staged.append((table, tmp, final))
+            for table, tmp, final in staged:
+                _link_new(tmp, final)
+                summary.files.setdefault(table, []).append(final)
+        finally:
+            for _, tmp, _ in staged:
+                tmp.unlink(missing_ok=True)
+
+
+def _arrow(table: str, columns: dict[str, list]) -> pa.Table:
+    schema = arrow_schema(table, columns)
+    return pa.table({c: pa.array(columns[c], type=schema.field(c).type) for c in columns}, schema=schema)
+
+
+def _link_new(tmp: Path, final: Path) -> None:
+    """Put tmp at final, failing if final exists: never replace a file."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        raise ImportConflict(f"{final}: already exists; an import never overwrites a file") from None
+    except OSError:
+        if final.exists():
+            raise ImportConflict(f"{final}: already exists; an import never overwrites a file") from None
+        os.rename(tmp, final)
+
+
+def finish(writer: TraceWriter, summary: ImportSummary, default_deployment: str | None) -> ImportSummary:
+    writer.add_notes(summary, default_deployment)
+    writer.commit(summary)
+    return summary

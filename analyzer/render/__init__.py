@@ -1,0 +1,1 @@
+"""Render documents as Markdown, JSON, CSV and HTML."""

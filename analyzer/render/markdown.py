@@ -1,0 +1,386 @@
+"""Render the report document as Markdown, in the order of the seed's ledger.
+
+Numbers are rounded here, for display only; the JSON keeps full precision.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+DASH = "–"
+
+
+def num(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+def pct(value: Any, digits: int = 1) -> str:
+    return DASH if value is None else f"{value:.{digits}%}"
+
+
+def times(value: Any) -> str:
+    return DASH if value is None else f"{value:.3f}×"
+
+
+def table(headers: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        grouped[item["deployment_id"]].append(item)
+    return grouped
+
+
+def render(doc: dict[str, Any]) -> str:
+    sections: list[Callable[[dict], str]] = [
+        _header, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
+        _latency, _categories, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals, _gates, _notes,
+    ]
+    if doc["input"]["rounds"] == 0 and doc.get("intervals"):
+        # Aggregate counters only (vllm-log or prometheus imports): say what is missing, show what is there.
+        sections = [_header, _counters_only, _intervals, _notes]
+    return "\n".join(part for part in (s(doc) for s in sections) if part)
+
+
+def _counters_only(doc: dict) -> str:
+    return ("These traces hold aggregate counters only (the intervals table), no rounds: per-round "
+            "acceptance, positions, stop truncation, structured output, round times, speedup and the load "
+            "curve are unavailable. Import per-request responses (`specan import vllm-responses`) for them.\n")
+
+
+def _header(doc: dict) -> str:
+    inp = doc["input"]
+    reasons = ", ".join(f"{k} {v}" for k, v in inp["rejected_by_reason"].items())
+    rejected = f"{inp['rejected_rows']:,} rejected ({reasons})" if inp["rejected_rows"] else "0 rejected"
+    return ("# specan report\n\n"
+            f"Input rows: {inp['deployments']:,} deployments, {inp['requests']:,} requests, "
+            f"{inp['steps']:,} steps, {inp['rounds']:,} rounds; {rejected}.\n")
+
+
+def _regressions(doc: dict) -> str:
+    if "regressions" not in doc:
+        return ""
+    if not doc["regressions"]:
+        return f"## Regressions\n\nNone: no headline metric moved past its threshold ({doc.get('date', '')}).\n"
+    body = [(r["deployment_id"], r["metric"], num(r["value"]), num(r["baseline"]), f"{r['change']:+.1%}")
+            for r in doc["regressions"]]
+    return ("## Regressions\n\nAgainst the median of the previous days in history.\n\n"
+            + table(["deployment", "metric", "today", "median before", "change"], body))
+
+
+def _spec(doc: dict) -> list[dict]:
+    return [d for d in doc["deployments"] if d["method"] != "none"]
+
+
+def _findings(doc: dict) -> str:
+    """One plain sentence per speculative deployment: does it pay, and up to what load."""
+    curve = _by_deployment(doc["load_curve"])
+    baselines = {d["deployment_id"]: d for d in doc["deployments"]}
+    lines = []
+    for d in _spec(doc):
+        dep = d["deployment_id"]
+        if d["speedup"] is None:
+            lines.append(f"- **{dep}** ({d['method']}): speedup unknown, see the notes.")
+            continue
+        verdict = "faster" if d["speedup"] > 1 else "slower"
+        text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {d['speedup']:.2f}× "
+                f"the throughput of {d['baseline_id']} ({verdict}), over {pct(d['speedup_coverage'])} "
+                f"of its tokens; mean accept length {num(d['mean_accept_length'], 2)}.")
+        buckets = [b for b in curve.get(dep, []) if b["condition_holds"] is not None]
+        wins = [b["batch_bucket"] for b in buckets if b["condition_holds"]]
+        losses = [b["batch_bucket"] for b in buckets if not b["condition_holds"]]
+        if wins and losses:
+            text += f" It pays at batch {', '.join(wins)} and loses at {', '.join(losses)}."
+        elif losses:
+            text += " It loses at every observed batch size."
+        elif wins:
+            text += " It pays at every observed batch size."
+        text += _latency_finding(d, baselines.get(d["baseline_id"]))
+        lines.append(text)
+    if not lines:
+        return ""
+    return "## Findings\n\n" + "\n".join(lines) + "\n"
+
+
+def _latency_finding(d: dict, baseline: dict | None) -> str:
+    """Name the streaming metrics that got much worse than the baseline's: TPOT can improve
+    while users see longer pauses."""
+    if baseline is None:
+        return ""
+    worse = []
+    for metric in ("tpot", "itl", "max_stall"):
+        mine = d["latency_ms"].get(metric, {}).get("p99")
+        theirs = baseline["latency_ms"].get(metric, {}).get("p99")
+        if mine is not None and theirs and mine > 1.25 * theirs:
+            worse.append(f"{metric} p99 {mine:,.0f} ms vs {theirs:,.0f} ms")
+    return f" Streaming is burstier than the baseline: {'; '.join(worse)}." if worse else ""
+
+
+def _summary(doc: dict) -> str:
+    body = [
+        (d["deployment_id"], d["method"], num(d["num_speculative_tokens"]), d["baseline_id"] or DASH,
+         num(d["mean_accept_length"]), num(d["mean_accept_length_per_request"]), pct(d["acceptance_rate"]),
+         num(d["tokens_per_round"]), times(d["speedup"]), pct(d["speedup_coverage"]), times(d.get("tpot_speedup")))
+        for d in doc["deployments"]
+    ]
+    return ("## 1. Summary\n\n"
+            "Mean accept length is 1 + C/R (vLLM's definition); per request is the mean over requests. "
+            "Tokens per round counts plain rounds and stop truncation: the real progress per step. "
+            "Speedup is throughput-weighted against the matched baseline, at the deployment's own batch sizes.\n\n"
+            + table(["deployment", "method", "γ", "baseline", "accept length", "per request", "acceptance",
+                     "tokens/round", "speedup", "coverage", "TPOT speedup"], body)
+            + "\nTPOT speedup compares time per output token from request timings alone (not matched on "
+              "batch size); it is what remains when a trace has no steps.\n")
+
+
+def _ledger(doc: dict) -> str:
+    rounds = [(d["deployment_id"], num(d["round_ms"]["mean"]), num(d["round_ms"]["draft"]),
+               num(d["round_ms"]["verify"]), num(d["round_ms"]["other"]), pct(d["prefill_round_share"]))
+              for d in doc["deployments"]]
+    body = [(r["deployment_id"], r["batch_bucket"], num(r["num_rounds"]), num(r["draft_ms"]), num(r["verify_ms"]),
+             num(r["other_ms"]), num(r["round_ms"]), num(r["tokens_per_round"]), num(r["t0_ms"]),
+             num(r["break_even_ms"]), num(r["condition_holds"]))
+            for r in doc["round_ledger"]]
+    return ("## 2. Round ledger against the baseline\n\n"
+            "A round costs draft + verify + other. Mean ms per round, over every round with a step "
+            "(prefill steps included):\n\n"
+            + table(["deployment", "round ms", "draft", "verify", "other", "prefill-step rounds"], rounds)
+            + "\nDecode-only rounds per batch bucket. The speedup condition is E[T_round] < t0 · E[L]: a round "
+              "must take less than the break-even time t0 · tokens/round that plain decoding needs for "
+              "the same tokens.\n\n"
+            + table(["deployment", "batch", "rounds", "draft", "verify", "other", "round ms", "tokens/round",
+                     "t0 ms/token", "break-even ms", "condition holds"], body))
+
+
+def _positions(doc: dict) -> str:
+    parts = ["## 3. Acceptance by draft position\n\n"
+             "Survival is Pr(K ≥ i) among rounds that drafted position i; conditional is a_i; "
+             "marginal gain Π a_j is what position i adds to E[L] per round (ΔE[L] = Pr(K ≥ i)).\n"]
+    for d in _spec(doc):
+        if not d["positions"]:
+            continue
+        body = [(num(p["position"]), num(p["drafted"]), num(p["accepted"]), pct(p["survival"]),
+                 pct(p["conditional"]), pct(p["vllm_rate"]), num(p["marginal_gain"]))
+                for p in d["positions"]]
+        parts.append(f"\n### {d['deployment_id']}\n\n"
+                     + table(["position", "drafted", "accepted", "survival", "conditional", "vLLM rate",
+                              "marginal gain"], body))
+    return "".join(parts)
+
+
+def _truncation(doc: dict) -> str:
+    body = [(d["deployment_id"], num(d["num_rounds"]), num(d["truncated_rounds"]), num(d["truncated_tokens"]),
+             pct(d["truncated_rounds"] / d["num_rounds"] if d["num_rounds"] else None, 2))
+            for d in doc["deployments"]]
+    return ("## 4. Stop truncation\n\n"
+            "Rounds cut short by EOS, a stop string or the length limit commit fewer than K + 1 tokens.\n\n"
+            + table(["deployment", "rounds", "truncated rounds", "truncated tokens", "share of rounds"], body))
+
+
+def _structured(doc: dict) -> str:
+    body = [(r["deployment_id"], "yes" if r["structured_output"] else "no", num(r["num_rounds"]),
+             num(r["proposed_tokens"]), num(r["invalidated_tokens"]), pct(r["invalidation_rate"]),
+             num(r["mean_accept_length"]), num(r["fully_invalidated_rounds"]))
+            for r in doc["structured_output"]]
+    return ("## 5. Structured-output invalidation\n\n"
+            "Drafts the grammar removed before verification; fully invalidated rounds lost every draft.\n\n"
+            + table(["deployment", "structured", "rounds", "proposed", "invalidated", "invalidation rate",
+                     "accept length", "fully invalidated rounds"], body))
+
+
+def _curve_table(items: list[dict], key: str, label: str) -> str:
+    body = [(r["deployment_id"], r[key], num(r["num_rounds"]), num(r["mean_accept_length"]),
+             num(r["tokens_per_round"]), num(r["round_ms"]), num(r["t0_ms"]), times(r["speedup"]),
+             num(r["condition_holds"]))
+            for r in items]
+    return table(["deployment", label, "rounds", "accept length", "tokens/round", "round ms", "t0 ms",
+                  "speedup", "condition holds"], body)
+
+
+def _load_curve(doc: dict) -> str:
+    return ("## 6. Load curve by batch bucket\n\n"
+            "Decode-only rounds. As batches grow, plain decoding uses the idle compute that speculation "
+            "relied on, and verifying drafts starts to compete with other requests.\n\n"
+            + _curve_table(doc["load_curve"], "batch_bucket", "batch"))
+
+
+def _latency(doc: dict) -> str:
+    baseline_of = {d["deployment_id"]: d["baseline_id"] for d in doc["deployments"]}
+    latency = {d["deployment_id"]: d["latency_ms"] for d in doc["deployments"]}
+    body = []
+    for d in doc["deployments"]:
+        dep = d["deployment_id"]
+        for metric, stats in d["latency_ms"].items():
+            base = latency.get(baseline_of.get(dep) or "", {}).get(metric, {})
+            body.append((dep, metric, num(stats["mean"], 1), num(stats["p50"], 1), num(stats["p95"], 1),
+                         num(stats["p99"], 1), num(stats["max"], 1), num(base.get("p99"), 1)))
+    if not body:
+        return ""
+    return ("## 7. Latency (ms)\n\n"
+            "TTFT includes queueing and prefill. TPOT is the mean time per token after the first. "
+            "ITL is the gap between streamed chunks: one round can emit several tokens at once, so a lower "
+            "TPOT does not guarantee smoother streaming. Max stall is each request's longest gap.\n\n"
+            + table(["deployment", "metric", "mean", "p50", "p95", "p99", "max", "baseline p99"], body))
+
+
+def _categories(doc: dict) -> str:
+    body = [(r["deployment_id"], r["category"], num(r["num_requests"]), num(r["mean_accept_length"]),
+             pct(r["acceptance_rate"]), num(r["tokens_per_round"]), times(r["speedup"]),
+             num(r.get("repeat_ratio")), num(r.get("prompt_copy_ratio")), num(r.get("repeat_accept_correlation"), 2))
+            for r in doc["categories"]]
+    n = doc["repetition"][0]["repeat_n"] if doc.get("repetition") else 3
+    parts = ["## 8. Categories and repetition\n\n"
+             "\"Code is good, chat is bad\" is a label, not an explanation. What explains acceptance is how much "
+             f"the output repeats its context: repeat ratio is the share of output tokens whose {n} preceding "
+             f"tokens and itself occurred earlier (an n-gram copier could have drafted them), prompt copy the "
+             "share found in the prompt, and r the correlation across requests of repeat ratio with the "
+             "request's accept length.\n\n",
+             table(["deployment", "category", "requests", "accept length", "acceptance", "tokens/round", "speedup",
+                    "repeat ratio", "prompt copy", "r"], body)]
+    spread = [q for q in doc.get("repetition_quartiles") or [] if q["mean_accept_length"] is not None]
+    if spread:
+        grouped: dict[tuple, dict[int, dict]] = defaultdict(dict)
+        for q in spread:
+            grouped[(q["deployment_id"], q["category"])][q["quartile"]] = q
+        rows = []
+        for (dep, category), quartiles in grouped.items():
+            cells = []
+            for k in (1, 2, 3, 4):
+                q = quartiles.get(k)
+                cells.append(DASH if q is None else
+                             f"{num(q['mean_accept_length'], 2)} ({num(q['repeat_ratio_min'], 2)}–"
+                             f"{num(q['repeat_ratio_max'], 2)})")
+            rows.append((dep, category, *cells))
+        parts.append("\nWithin each category, requests ranked by repeat ratio into quartiles: accept length "
+                     "(repeat ratio range). A rising row means the text's structure, not its label, drives "
+                     "acceptance.\n\n")
+        parts.append(table(["deployment", "category", "Q1 (least repetitive)", "Q2", "Q3", "Q4 (most)"], rows))
+    return "".join(parts)
+
+
+def _context(doc: dict) -> str:
+    if not doc["context_curve"]:
+        return ""
+    return ("## 9. Context length\n\n"
+            "Longer contexts make every verified position's attention dearer; t0 is matched on batch and "
+            "context bucket where the baseline has rounds there.\n\n"
+            + _curve_table(doc["context_curve"], "context_bucket", "context"))
+
+
+def _trees(doc: dict) -> str:
+    body = [(d["deployment_id"], d["method"], num(d["nodes_per_round"]), num(d["accepted_per_node"]),
+             num(d["mean_accept_length"]))
+            for d in _spec(doc)]
+    return ("## 10. Depth and width\n\n"
+            "Nodes verified per speculative round and accepted tokens per verified node: a tree buys "
+            "acceptance with width, and every unchosen node is computed too.\n\n"
+            + table(["deployment", "method", "nodes/round", "accepted/node", "accept length"], body))
+
+
+def _capacity(doc: dict) -> str:
+    body = [(d["deployment_id"], num(c["completed_requests"]), num(c["failed_requests"]),
+             num(c["preemptions_per_request"]), pct(c["kv_usage_mean"]), pct(c["kv_usage_max"]),
+             pct(c["candidate_kv_share"], 2), num(c["output_tokens_per_s"], 1))
+            for d in doc["deployments"] for c in [d["capacity"]]]
+    return ("## 11. Capacity\n\n"
+            "Drafts occupy KV (≈ B·γ tokens per step) and can cause preemptions: a faster round does not "
+            "guarantee faster requests.\n\n"
+            + table(["deployment", "completed", "failed", "preemptions/request", "KV mean", "KV max",
+                     "draft KV share", "output tok/s"], body))
+
+
+def _temperature(doc: dict) -> str:
+    if not doc["temperature"]:
+        return ""
+    body = [(r["deployment_id"], r["temperature_bucket"], num(r["num_requests"]), num(r["mean_accept_length"]),
+             pct(r["acceptance_rate"]), num(r["tokens_per_round"]))
+            for r in doc["temperature"]]
+    return ("## 12. Temperature\n\n"
+            + table(["deployment", "temperature", "requests", "accept length", "acceptance", "tokens/round"],
+                    body))
+
+
+def _tuning(doc: dict) -> str:
+    tuning = doc.get("tuning")
+    if not tuning or not tuning["recommendations"]:
+        return ""
+    returns = {(m["deployment_id"], m["batch_bucket"]): m for m in tuning["marginal_returns"]}
+    parts = ["## 13. Speculation length\n\n"
+             "Each extra draft position adds ΔE[L] = Pr(K ≥ i) tokens per round, less and less (a^i in the "
+             "fixed-a model), while every position costs draft and verify time. A position pays while "
+             "E[L](i)/T(i) > E[L](i−1)/T(i−1). The recommendation maximises t0 · E[L](γ) / T_round(γ) per batch "
+             "bucket; `specan recommend TRACES --deployment ID --format md` shows every γ.\n"]
+    for rec in tuning["recommendations"]:
+        dep = rec["deployment_id"]
+        config = rec["num_speculative_tokens_per_batch_size"]
+        parts.append(f"\n### {dep}\n\n")
+        if config:
+            parts.append(f"vLLM config: `\"num_speculative_tokens_per_batch_size\": {config}`\n\n")
+        body = []
+        for b in rec["buckets"]:
+            k = b["recommended"]
+            predicted = b["predicted_speedup"].get(str(k)) if k is not None else None
+            paying = returns.get((dep, b["batch_bucket"]), {}).get("largest_paying_gamma")
+            body.append((b["batch_bucket"], ", ".join(map(str, b["observed_gamma"])) or DASH,
+                         times(b.get("measured_speedup")), num(b["fit_r2"]), num(paying), num(k),
+                         times(predicted)))
+        parts.append(table(["batch", "observed γ", "measured speedup", "fit R²", "largest paying γ",
+                            "recommended k", "predicted speedup at k"], body))
+        first = next((m for m in tuning["marginal_returns"] if m["deployment_id"] == dep and
+                      any(p["delta_round_ms"] is not None for p in m["positions"])), None)
+        if first:
+            rows = [(num(p["position"]), num(p["marginal_gain"]), num(p["expected_length"]),
+                     num(p["delta_round_ms"]), p["source"] or DASH, num(p["pays"]))
+                    for p in first["positions"]]
+            parts.append(f"\nDiminishing returns at batch {first['batch_bucket']}: what position i adds "
+                         "against what it costs.\n\n"
+                         + table(["position i", "ΔE[L]", "E[L](i)", "ΔT ms", "cost from", "pays"], rows))
+        if rec["notes"]:
+            parts.append("\n" + "\n".join(f"- {n}" for n in rec["notes"]) + "\n")
+    return "".join(parts)
+
+
+def _intervals(doc: dict) -> str:
+    rows = doc.get("intervals") or []
+    if not rows:
+        return ""
+    body = [(r["deployment_id"], str(r["hour"]), num(r["num_intervals"]), num(r["num_drafts"]),
+             num(r["num_draft_tokens"]), num(r["num_accepted_tokens"]), num(r["mean_accept_length"]),
+             pct(r["acceptance_rate"]),
+             ", ".join(pct(v) for v in r["vllm_rate"]) if r["vllm_rate"] else DASH)
+            for r in rows]
+    return ("## Aggregate counters (intervals)\n\n"
+            "From vLLM's SpecDecoding log lines or Prometheus counters, per hour. Mean accept length is "
+            "1 + accepted / drafts, unknown where an interval lacks an exact draft count.\n\n"
+            + table(["deployment", "hour", "intervals", "drafts", "draft tokens", "accepted", "accept length",
+                     "acceptance", "vLLM rate per position"], body))
+
+
+def _quantization(doc: dict) -> str:
+    from .quant import render_quant_markdown
+
+    return render_quant_markdown(doc["quantization"]) if doc.get("quantization") else ""
+
+
+def _gates(doc: dict) -> str:
+    from .gates import render_gates_markdown
+
+    return render_gates_markdown(doc.get("gates", []))
+
+
+def _notes(doc: dict) -> str:
+    if not doc["notes"]:
+        return ""
+    return "## Notes\n\n" + "\n".join(f"- {n}" for n in doc["notes"]) + "\n"

@@ -1,1 +1,0 @@
-"""Rendering: turn query results and view rows into text, Markdown and JSON."""

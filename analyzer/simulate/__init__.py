@@ -1,0 +1,1 @@
+"""Synthetic traces for tests and benchmarks."""

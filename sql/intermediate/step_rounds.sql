@@ -1,0 +1,21 @@
+-- The rounds of each step, summed: what the round-cost fit and the KV share need.
+-- Grain: one row per (deployment_id, step_uid) that some clean round names.
+--
+-- It reads the rounds alone: a step's own columns are joined afterwards to these
+-- far fewer rows (cost_steps, capacity). proposed = num_draft_tokens +
+-- num_invalidated_tokens, the drafts a round paid for (see cost_steps).
+select
+    deployment_id,
+    step_uid,
+    count(*) as num_rounds,
+    sum(coalesce(num_verified_nodes, num_draft_tokens) + 1) as tokens_verified,
+    sum(num_draft_tokens) as num_draft_tokens,
+    sum(coalesce(num_verified_nodes, num_draft_tokens)) as num_verified_nodes,
+    sum(coalesce(num_invalidated_tokens, 0)) as num_invalidated_tokens,
+    min(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as min_proposed,
+    max(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as max_proposed,
+    min(num_draft_tokens) as min_drafted,
+    max(num_draft_tokens) as max_drafted
+from rounds
+where step_uid is not null
+group by deployment_id, step_uid

@@ -1,0 +1,27 @@
+-- Measured round cost per speculation length: the decode-only steps whose requests
+-- all proposed the same γ (cost_steps.gamma), per batch bucket.
+-- Grain: one row per deployment_id, batch_bucket, gamma.
+--
+-- round_ms is the mean round time as metrics.md counts it: Σ over the rounds of
+-- their step's duration / rounds, so a step weighs as many rounds as it holds.
+-- step_ms is the plain mean over steps. The mean_tokens_verified* columns are step
+-- means, for the fit's residual at this γ.
+select
+    deployment_id,
+    batch_bucket,
+    batch_bucket_min(batch_bucket) as bucket_min,
+    gamma,
+    count(*) as steps,
+    sum(num_rounds) as num_rounds,
+    sum(num_rounds * duration_ms) / sum(num_rounds) as round_ms,
+    avg(duration_ms) as step_ms,
+    avg(draft_ms) as draft_ms,
+    avg(verify_ms) as verify_ms,
+    avg(batch_size) as mean_batch_size,
+    min(batch_size) as min_batch_size,
+    max(batch_size) as max_batch_size,
+    avg(tokens_verified) as mean_tokens_verified,
+    avg(tokens_verified * tokens_verified) as mean_tokens_verified_sq
+from cost_steps
+where gamma is not null
+group by deployment_id, batch_bucket, gamma

@@ -1,0 +1,57 @@
+-- Acceptance and speedup per context-length bucket (rounds.context_len; 1k = 1024),
+-- over decode-only rounds. t0 is matched on (batch bucket, context bucket) where the
+-- baseline has rounds there, else on the batch bucket alone; t0_ms is the
+-- committed-weighted t0 of the bucket, so speedup = t0_ms · tokens / time.
+-- Grain: one row per deployment_id, context_bucket.
+with cells as (
+    select
+        d.deployment_id,
+        d.context_bucket,
+        d.num_rounds,
+        d.num_spec_rounds,
+        d.num_accepted_tokens,
+        d.num_committed_tokens,
+        d.time_ms,
+        coalesce(tc.t0_ms, tb.t0_ms) as t0_ms
+    from decode_totals as d
+    left join baseline_t0 as tc
+        on tc.deployment_id = d.deployment_id
+        and tc.batch_bucket = d.batch_bucket
+        and tc.context_bucket = d.context_bucket
+    left join baseline_t0 as tb
+        on tb.deployment_id = d.deployment_id
+        and tb.batch_bucket = d.batch_bucket
+        and tb.context_bucket is null
+    where d.grouping = 'context' and d.context_bucket is not null
+),
+
+buckets as (
+    select
+        deployment_id,
+        context_bucket,
+        sum(num_rounds) as num_rounds,
+        sum(num_spec_rounds) as num_spec_rounds,
+        sum(num_accepted_tokens) as num_accepted_tokens,
+        sum(num_committed_tokens) as num_committed_tokens,
+        sum(time_ms) as time_ms,
+        -- only cells with a t0 count toward the speedup
+        sum(t0_ms * num_committed_tokens) as baseline_time_ms,
+        sum(num_committed_tokens) filter (where t0_ms is not null) as covered_committed,
+        sum(time_ms) filter (where t0_ms is not null) as covered_time_ms
+    from cells
+    group by deployment_id, context_bucket
+)
+
+select
+    deployment_id,
+    context_bucket,
+    context_bucket_min(context_bucket) as bucket_min,
+    num_rounds,
+    1 + num_accepted_tokens / nullif(num_spec_rounds, 0) as mean_accept_length,
+    num_committed_tokens / num_rounds as tokens_per_round,
+    time_ms / num_rounds as round_ms,
+    baseline_time_ms / nullif(covered_committed, 0) as t0_ms,
+    baseline_time_ms / nullif(covered_time_ms, 0) as speedup,
+    time_ms / num_rounds < baseline_time_ms / nullif(covered_committed, 0) * num_committed_tokens / num_rounds
+        as condition_holds
+from buckets
