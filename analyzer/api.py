@@ -11,16 +11,46 @@ same thing without click:
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from .ingest.load import LoadSummary, Progress, StructuralError, confirm_rounds, load_traces, read_summary
+from .errors import EnvironmentProblem, InputProblem
+from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_rounds, load_traces,
+                          read_summary)
 from .analysis.views import DEFAULT_REPEAT_N, create_views
 
 DEFAULT_MEMORY_LIMIT = "3GB"
+# Databases that `specan load` writes stay readable by the DuckDB CLI users install
+# (1.5.x): newer storage features are not used in them.
+STORAGE_COMPATIBILITY = "v1.5.0"
+
+_MEMORY_LIMIT = re.compile(r"(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib|%)", re.I)
+
+
+def check_memory_limit(text: str) -> str:
+    """``text`` if it is a memory size DuckDB takes (``4GB``, ``512 MiB``, ``80%``), else InputProblem.
+
+    Checked before anything is created, and never pasted into SQL unchecked."""
+    match = _MEMORY_LIMIT.fullmatch(text.strip())
+    if not match or float(match.group(1)) <= 0 or (match.group(2) == "%" and float(match.group(1)) > 100):
+        raise InputProblem(f"--memory-limit {text!r} is not a memory size: expected e.g. 4GB, 512MB or 80%")
+    return f"{match.group(1)}{match.group(2).upper() if match.group(2) != '%' else '%'}"
+
+
+def private_temp_dir(temp_dir: str | Path | None = None) -> Path:
+    """A folder of this run's own, under ``temp_dir`` (default: TMPDIR), for the scratch
+    database and DuckDB's spill files. The caller removes it, even on error."""
+    base = Path(temp_dir) if temp_dir is not None else Path(tempfile.gettempdir())
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="specan-", dir=base))
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot create a temporary folder under {base}: {exc.strerror or exc}") from None
 
 
 @dataclass
@@ -29,52 +59,51 @@ class Workspace:
 
     con: duckdb.DuckDBPyConnection
     summary: LoadSummary
-    scratch: Path | None = None  # a temporary database file, removed on close
+    workdir: Path | None = None  # this run's private folder (scratch database, spill), removed on close
 
     def close(self) -> None:
         self.con.close()
-        if self.scratch is not None:
-            for leftover in (self.scratch, Path(str(self.scratch) + ".wal")):
-                leftover.unlink(missing_ok=True)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def connect(database: str | Path = ":memory:", *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
-            read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A connection whose memory is bounded; beyond the limit DuckDB spills to a temp directory."""
-    con = duckdb.connect(str(database), read_only=read_only)
-    con.execute("set TimeZone = 'UTC'")
+            spill_dir: Path | None = None, read_only: bool = False,
+            storage_compatibility: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection whose memory is bounded; beyond the limit DuckDB spills to ``spill_dir``."""
+    limit = check_memory_limit(memory_limit)
+    config = {"storage_compatibility_version": storage_compatibility} if storage_compatibility else {}
     try:
-        con.execute(f"set memory_limit = '{memory_limit}'")
-    except duckdb.Error as exc:
-        con.close()
-        raise ValueError(f"invalid --memory-limit {memory_limit!r}: {str(exc).splitlines()[0]}") from None
-    con.execute(f"set temp_directory = '{_spill_dir()}'")
+        con = duckdb.connect(str(database), read_only=read_only, config=config)
+    except duckdb.IOException as exc:
+        raise EnvironmentProblem(f"cannot open database {database}: {str(exc).splitlines()[0]}") from None
+    con.execute("set TimeZone = 'UTC'")
+    con.execute(f"set memory_limit = '{limit}'")       # checked: digits and a unit only
+    if spill_dir is not None:
+        con.execute(f"set temp_directory = {_quoted(spill_dir)}")
     return con
 
 
-def _spill_dir() -> str:
-    return str(_spill_dir_path())
-
-
-def _spill_dir_path() -> Path:
-    path = Path(tempfile.gettempdir()) / "specan_spill"
-    path.mkdir(exist_ok=True)
-    return path
+def _quoted(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
 
 
 def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: str = DEFAULT_MEMORY_LIMIT,
                 progress: Progress | None = None, views: bool = True,
-                repeat_n: int = DEFAULT_REPEAT_N) -> Workspace:
+                repeat_n: int = DEFAULT_REPEAT_N, temp_dir: str | Path | None = None) -> Workspace:
     """Load a trace directory into a scratch database, with every view unless ``views`` is false.
 
-    The scratch database is a temporary file, not memory: DuckDB compresses its
-    tables and pages them against ``memory_limit``, so traces larger than memory load.
+    The scratch database is a file in this run's private temporary folder, not
+    memory: DuckDB compresses its tables and pages them against ``memory_limit``,
+    so traces larger than memory load. The folder is removed on close.
     """
-    fd, name = tempfile.mkstemp(prefix="specan-", suffix=".duckdb", dir=_spill_dir_path())
-    os.close(fd)
-    scratch = Path(name)
-    scratch.unlink()  # DuckDB creates the file itself
-    con = connect(scratch, memory_limit=memory_limit)
+    check_memory_limit(memory_limit)
+    workdir = private_temp_dir(temp_dir)
+    try:
+        con = connect(workdir / "scratch.duckdb", memory_limit=memory_limit, spill_dir=workdir / "spill")
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     try:
         # Without views nothing would confirm rounds read in place, so validate copies them.
         summary = load_traces(con, traces, date=date, progress=progress, rounds_as_view=views)
@@ -86,41 +115,60 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                 progress("confirming the rounds' key rules from the aggregates")
             if confirm_rounds(con, summary, progress):
                 create_views(con, repeat_n=repeat_n, progress=progress, temporary=True)
+        check_link_keys(con, summary.found)
     except BaseException:
-        Workspace(con, None, scratch).close()
+        Workspace(con, None, workdir).close()
         raise
-    return Workspace(con, summary, scratch)
+    return Workspace(con, summary, workdir)
 
 
-def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> Workspace:
+def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
+                  temp_dir: str | Path | None = None) -> Workspace:
     """Open a database written by ``specan load``."""
     if not Path(db).is_file():
-        raise StructuralError(db, "trace_tables", None, "database file not found")
-    con = connect(db, memory_limit=memory_limit, read_only=True)
-    return Workspace(con, read_summary(con))
+        raise StructuralError(db, "trace_tables", None, "no such database file")
+    check_memory_limit(memory_limit)
+    workdir = private_temp_dir(temp_dir)
+    try:
+        con = connect(db, memory_limit=memory_limit, spill_dir=workdir / "spill", read_only=True)
+        return Workspace(con, read_summary(con), workdir)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
 
 
 def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
-                   progress: Progress | None = None, repeat_n: int = DEFAULT_REPEAT_N) -> LoadSummary:
+                   progress: Progress | None = None, repeat_n: int = DEFAULT_REPEAT_N,
+                   temp_dir: str | Path | None = None) -> LoadSummary:
     """Write clean tables and views to ``db``. It is built aside and renamed, so a failed
-    load never leaves a half-written database behind."""
+    load never leaves a half-written database behind. The file keeps to DuckDB's
+    storage format ``STORAGE_COMPATIBILITY``, so older DuckDB CLIs open it."""
     db = Path(db)
+    if not db.parent.is_dir():
+        raise EnvironmentProblem(f"cannot write {db}: the folder {db.parent} does not exist")
+    check_memory_limit(memory_limit)
     partial = db.with_name(db.name + ".partial")
     for leftover in (partial, Path(str(partial) + ".wal")):
         leftover.unlink(missing_ok=True)
-    con = connect(partial, memory_limit=memory_limit)
+    workdir = private_temp_dir(temp_dir)
     try:
-        summary = load_traces(con, traces, progress=progress)
-        if progress:
-            progress("creating views")
-        create_views(con, repeat_n=repeat_n)
-        con.execute("checkpoint")
-    except BaseException:
+        con = connect(partial, memory_limit=memory_limit, spill_dir=workdir / "spill",
+                      storage_compatibility=STORAGE_COMPATIBILITY)
+        try:
+            summary = load_traces(con, traces, progress=progress)
+            if progress:
+                progress("creating views")
+            create_views(con, repeat_n=repeat_n)
+            check_link_keys(con, summary.found)
+            con.execute("checkpoint")
+        except BaseException:
+            con.close()
+            partial.unlink(missing_ok=True)
+            raise
         con.close()
-        partial.unlink(missing_ok=True)
-        raise
-    con.close()
-    os.replace(partial, db)
+        os.replace(partial, db)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     return summary
 
 

@@ -1,30 +1,68 @@
 """The ``specan`` command line: parse options, call the library, print the result.
 
-Library errors become ``click.ClickException`` subclasses, so a user never
-sees a traceback for bad input. Exit status (commands.md): 0 done, 1 a gate,
-regression or ``--strict`` finding, 2 bad usage or structural input error.
+Errors are turned into exit statuses in one place, ``SpecanGroup.invoke``
+(docs/commands.md): 0 done; 1 a gate, regression or ``--strict`` finding; 2 bad
+usage or bad input; 3 an environment or internal error. Each error is one line
+on stderr; ``specan --debug`` adds the traceback.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import click
 import duckdb
 
 from . import api
-from .analysis.config import ConfigError, load_config
-from .ingest.load import StructuralError
+from .analysis.config import load_config
+from .errors import EnvironmentProblem, InputProblem, SpecanError
 from .render import tables, text
-from .analysis.views import ViewError
 
 
-class InputError(click.ClickException):
-    """Bad usage or structural input: exit status 2, one line on stderr."""
+class Failure(click.ClickException):
+    """An error with its exit status, printed as one line."""
 
-    exit_code = 2
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _one_line(text_: str) -> str:
+    lines = [line.strip() for line in str(text_).strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def classify(exc: BaseException) -> Failure:
+    """The exit status and one-line message of an error no command handled."""
+    if isinstance(exc, SpecanError):
+        return Failure(_one_line(exc) or type(exc).__name__, exc.exit_code)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return Failure("out of memory: the work did not fit in --memory-limit and its spill folder "
+                       f"({_one_line(exc)}); raise --memory-limit or give --temp-dir more room", 3)
+    if isinstance(exc, duckdb.IOException):
+        return Failure(f"input/output error: {_one_line(exc)}", 3)
+    if isinstance(exc, OSError):
+        where = f" {exc.filename}" if exc.filename else ""
+        return Failure(f"cannot access{where}: {exc.strerror or _one_line(exc)}", 3)
+    if isinstance(exc, MemoryError):
+        return Failure("out of memory", 3)
+    return Failure(f"internal error ({type(exc).__name__}: {_one_line(exc)}); "
+                   "run `specan --debug ...` for the traceback and report it", 3)
+
+
+class SpecanGroup(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if ctx.meta.get("specan.debug"):
+                traceback.print_exc(file=sys.stderr)
+            raise classify(exc) from None
 
 
 class Progress:
@@ -74,8 +112,18 @@ def _remember_profile(ctx: click.Context, _param, value: bool) -> None:
 
 
 def _memory_option(f):
+    f = click.option("--temp-dir", "temp_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                     help="Where this run's private scratch folder goes (default: TMPDIR); removed at exit.")(f)
     return click.option("--memory-limit", default=api.DEFAULT_MEMORY_LIMIT, show_default=True,
-                        help="DuckDB memory limit; larger work spills to a temp directory.")(f)
+                        callback=_check_memory_limit,
+                        help="DuckDB memory limit, e.g. 4GB or 80%; larger work spills to the scratch folder.")(f)
+
+
+def _check_memory_limit(_ctx, _param, value: str) -> str:
+    try:
+        return api.check_memory_limit(value)
+    except InputProblem as exc:
+        raise click.BadParameter(str(exc).removeprefix("--memory-limit "), param_hint="--memory-limit") from None
 
 
 def _repeat_n_option(f):
@@ -91,12 +139,11 @@ def _progress(flag: bool | None) -> Progress:
     return show
 
 
-def _fail(exc: Exception) -> InputError:
-    return InputError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SpecanGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="specan")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _p, v: ctx.meta.__setitem__("specan.debug", v),
+              help="On an error, print the traceback as well as the one-line message.")
 def main() -> None:
     """specan: does speculative decoding pay off on your traffic?
 
@@ -118,7 +165,7 @@ _TRACES = click.argument("traces", type=click.Path(path_type=Path))
 @click.option("--strict", is_flag=True, help="Exit 1 when any row was rejected.")
 @_memory_option
 @_progress_option
-def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | None) -> None:
+def validate(traces: Path, strict: bool, memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Check the structure of TRACES, apply the row rules, and print counts.
 
     Exit status: 0 valid (rejected rows are reported but allowed), 1 rejected
@@ -128,10 +175,8 @@ def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | Non
     Example:
         specan validate sample_traces/ --strict
     """
-    try:
-        ws = api.open_traces(traces, memory_limit=memory_limit, progress=_progress(progress), views=False)
-    except (StructuralError, ViewError, ValueError) as exc:
-        raise _fail(exc) from None
+    ws = api.open_traces(traces, memory_limit=memory_limit, progress=_progress(progress), views=False,
+                         temp_dir=temp_dir)
     try:
         click.echo(text.validation_summary(ws.summary, text.rejected_examples(ws.con)), nl=False)
     finally:
@@ -151,7 +196,7 @@ def validate(traces: Path, strict: bool, memory_limit: str, progress: bool | Non
 @_memory_option
 @_progress_option
 def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None, check: bool, repeat_n: int,
-           memory_limit: str, progress: bool | None) -> None:
+           memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
     Markdown goes to stdout unless -o is given; progress goes to stderr. Gate
@@ -164,11 +209,8 @@ def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None
         specan report traces/ --config gates.toml --check
     """
     show = _progress(progress)
-    try:
-        config = load_config(config_path)
-        ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n)
-    except (StructuralError, ViewError, ValueError, ConfigError) as exc:
-        raise _fail(exc) from None
+    config = load_config(config_path)
+    ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir)
     try:
         doc = api.report_document(ws, config=config, progress=show)
     finally:
@@ -188,7 +230,7 @@ def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None
 @_memory_option
 @_progress_option
 def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory_limit: str,
-            progress: bool | None) -> None:
+            temp_dir: Path | None, progress: bool | None) -> None:
     """The scheduled report for one date, with history and regression flags.
 
     Exit status 1 when a regression is flagged or a gate fails, so a pipeline
@@ -200,12 +242,9 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
     """
     from .nightly import run_nightly
 
-    try:
-        config = load_config(config_path)
-        result = run_nightly(traces, date, out, config=config, memory_limit=memory_limit,
-                             progress=_progress(progress))
-    except (StructuralError, ViewError, ValueError, ConfigError) as exc:
-        raise _fail(exc) from None
+    config = load_config(config_path)
+    result = run_nightly(traces, date, out, config=config, memory_limit=memory_limit, temp_dir=temp_dir,
+                         progress=_progress(progress))
     click.echo(f"wrote {result.out_dir}/report.md, report.json, report.html and {out / 'history.parquet'}")
     for r in result.regressions:
         click.echo(f"regression: {r['deployment_id']} {r['metric']} {r['value']:.4g} vs median "
@@ -218,8 +257,11 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
 def _emit(text_out: str, output: Path | None) -> None:
     if output is None:
         click.echo(text_out, nl=False)
-    else:
+        return
+    try:
         output.write_text(text_out, encoding="utf-8")
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 @main.command()
@@ -229,7 +271,8 @@ def _emit(text_out: str, output: Path | None) -> None:
 @_repeat_n_option
 @_memory_option
 @_progress_option
-def load(traces: Path, db: Path, repeat_n: int, memory_limit: str, progress: bool | None) -> None:
+def load(traces: Path, db: Path, repeat_n: int, memory_limit: str, temp_dir: Path | None,
+         progress: bool | None) -> None:
     """Write the clean tables and every view of TRACES to a DuckDB database.
 
     The database needs no specan afterwards: `duckdb FILE` can query it.
@@ -239,11 +282,8 @@ def load(traces: Path, db: Path, repeat_n: int, memory_limit: str, progress: boo
         specan load sample_traces/ --db traces.duckdb
         duckdb traces.duckdb "select * from accept_length"
     """
-    try:
-        summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress),
-                                     repeat_n=repeat_n)
-    except (StructuralError, ViewError, ValueError) as exc:
-        raise _fail(exc) from None
+    summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress),
+                                 repeat_n=repeat_n, temp_dir=temp_dir)
     click.echo(text.validation_summary(summary), nl=False)
     click.echo(f"wrote {db}")
 
@@ -254,7 +294,8 @@ def load(traces: Path, db: Path, repeat_n: int, memory_limit: str, progress: boo
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @_memory_option
 @_progress_option
-def sql(args: tuple[str, ...], db: Path | None, fmt: str, memory_limit: str, progress: bool | None) -> None:
+def sql(args: tuple[str, ...], db: Path | None, fmt: str, memory_limit: str, temp_dir: Path | None,
+        progress: bool | None) -> None:
     """Run one SQL query against the clean tables and views.
 
     ARGS is `TRACES QUERY`, or just `QUERY` with --db.
@@ -267,15 +308,15 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, memory_limit: str, pro
     expected = 1 if db else 2
     if len(args) != expected:
         raise click.UsageError("expected QUERY with --db, else TRACES QUERY")
-    try:
-        ws = (api.open_database(db, memory_limit=memory_limit) if db else
-              api.open_traces(args[0], memory_limit=memory_limit, progress=_progress(progress)))
-    except (StructuralError, ViewError, ValueError) as exc:
-        raise _fail(exc) from None
+    if not args[-1].strip():
+        raise click.UsageError("QUERY is empty: give one SQL statement, e.g. \"select * from accept_length\"")
+    ws = (api.open_database(db, memory_limit=memory_limit, temp_dir=temp_dir) if db else
+          api.open_traces(args[0], memory_limit=memory_limit, progress=_progress(progress), temp_dir=temp_dir))
     try:
         columns, rows = api.query(ws.con, args[-1])
-    except duckdb.Error as exc:
-        raise _fail(exc) from None
+    except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
+            duckdb.ConversionException, duckdb.InvalidInputException) as exc:
+        raise InputProblem(f"query failed: {_one_line(exc)}") from None   # the query is the user's input
     finally:
         ws.close()
     render = {"table": tables.aligned, "csv": tables.to_csv, "json": tables.to_json}[fmt]
@@ -353,7 +394,7 @@ def schema() -> None:
 @_memory_option
 @_progress_option
 def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | None, variant: str, fmt: str,
-                 memory_limit: str, progress: bool | None) -> None:
+                 memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Predict what n-gram drafting would give on TRACES by replaying it over the logged tokens.
 
     Needs requests with prompt_token_ids and output_token_ids. Greedy: a draft
@@ -372,15 +413,10 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
 
     show = _progress(progress)
     variants = ["prompt_lookup", "suffix"] if variant == "both" else [variant.replace("-", "_")]
-    try:
-        ws = api.open_traces(traces, memory_limit=memory_limit, progress=show)
-    except (StructuralError, ViewError, ValueError) as exc:
-        raise _fail(exc) from None
+    ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir)
     try:
         results = [run_replay(ws.con, min_n=min_n, max_n=max_n, k=k, category=category, variant=v,
                               progress=show) for v in variants]
-    except (ValueError, duckdb.Error) as exc:
-        raise _fail(exc) from None
     finally:
         ws.close()
     if fmt == "json":
@@ -396,7 +432,8 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
 @click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
 @_memory_option
 @_progress_option
-def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, progress: bool | None) -> None:
+def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, temp_dir: Path | None,
+              progress: bool | None) -> None:
     """Recommend a speculation length per batch-size range for one deployment of TRACES.
 
     Predicts t0 · E[L](γ) / T_round(γ) for every γ up to num_speculative_tokens in
@@ -415,16 +452,11 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, pro
     from .render.recommend import render_recommend_markdown
 
     show = _progress(progress)
-    try:
-        ws = api.open_traces(traces, memory_limit=memory_limit, progress=show)
-    except (StructuralError, ViewError, ValueError) as exc:
-        raise _fail(exc) from None
+    ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir)
     try:
         if show.enabled:
             show(f"fitting round costs of {deployment_id}")
         result = run_recommend(ws.con, deployment_id)
-    except (ValueError, duckdb.Error) as exc:
-        raise _fail(exc) from None
     finally:
         ws.close()
     if fmt == "json":
@@ -471,11 +503,8 @@ def import_traces(source: str, files: tuple[Path, ...], deployment: tuple[str, .
         specan import vllm-log vllm.log --deployment eagle3-a --year 2026 --out traces/
         specan import prometheus range.json --deployment model_name=llama:eagle-a --out traces/
     """
-    from .ingest.importers import ImportInputError, run_import
+    from .ingest.importers import run_import
 
-    try:
-        summary = run_import(source, files, out, list(deployment), model=model, method=method,
-                             num_speculative_tokens=num_speculative_tokens, year=year)
-    except ImportInputError as exc:
-        raise _fail(exc) from None
+    summary = run_import(source, files, out, list(deployment), model=model, method=method,
+                         num_speculative_tokens=num_speculative_tokens, year=year)
     click.echo("\n".join(summary.lines()))

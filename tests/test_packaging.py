@@ -42,3 +42,22 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path):
                          cwd=elsewhere, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "n,rounds\n3546,470316\n"  # every sample round (470,316) in its request's row
+
+
+def test_a_loaded_database_opens_in_the_duckdb_cli_users_install(tmp_path):
+    """`specan load` writes DuckDB's storage format v1.5.0, so the duckdb CLI 1.5.x
+    (the registry's duckdb-cli, a test dependency) opens it and runs its views."""
+    cli = Path(sys.executable).parent / "duckdb"
+    assert cli.is_file(), "duckdb-cli is a test dependency: pip install '.[test]'"
+    version = subprocess.run([str(cli), "--version"], capture_output=True, text=True, check=True).stdout
+    assert version.startswith("v1.5."), version
+    db = tmp_path / "traces.duckdb"
+    subprocess.run([sys.executable, "-m", "analyzer", "load", str(ROOT / "sample_traces"), "--db", str(db)],
+                   check=True, capture_output=True)
+    run = subprocess.run([str(cli), "-csv", str(db), "-c",
+                          "select count(*) as n, sum(num_rounds) as rounds from request_rounds; "
+                          "select deployment_id, round(mean_accept_length, 6) as l from accept_length "
+                          "where deployment_id = 'eagle-bf16'; select batch_bucket(5) as b"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "n,rounds\n3546,470316\ndeployment_id,l\neagle-bf16,2.597823\nb\n5-8\n"

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputProblem
+
 # The defaults block of commands.md, verbatim. A test checks that it parses to
 # the dataclass defaults below, so the two cannot drift apart.
 DEFAULT_CONFIG_TOML = """\
@@ -42,7 +44,7 @@ max_tpot_p99_rise = 0.10
 """
 
 
-class ConfigError(Exception):
+class ConfigError(InputProblem):
     """A config file that cannot be used. The message is one line naming the file and the key."""
 
     def __init__(self, path: str | Path | None, key: str | None, problem: str):

@@ -184,7 +184,7 @@ def _input(summary: LoadSummary) -> dict[str, Any]:
 
 
 def _input_notes(summary: LoadSummary) -> list[str]:
-    notes = []
+    notes = list(summary.notes)
     if summary.rejected_total:
         parts = ", ".join(f"{reason} {n}" for reason, n in _input(summary)["rejected_by_reason"].items())
         notes.append(f"{summary.rejected_total} rows were rejected and left out ({parts}); "

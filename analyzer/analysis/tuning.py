@@ -88,6 +88,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from ..errors import InputProblem
 from . import buckets
 
 BUCKETS = buckets.labels("batch")
@@ -101,7 +102,7 @@ MIN_DISTINCT_FOR_QUADRATIC = 4
 NO_DRAFT_NOTE_SHARE = 0.05  # note when more rounds than this proposed no draft at all
 
 
-class UnknownDeployment(ValueError):
+class UnknownDeployment(InputProblem):
     """The deployment id is not among the clean deployments."""
 
 

@@ -27,6 +27,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from ..errors import InputProblem, InternalError
 from ..resources import resource_dir
 from . import buckets
 
@@ -36,8 +37,9 @@ MATERIALIZED_FILE = "materialized.toml"
 DEFAULT_REPEAT_N = 3
 
 
-class ViewError(Exception):
-    """A problem with the SQL files themselves (cycle, duplicate name, bad SQL)."""
+class ViewError(InternalError):
+    """A problem with the SQL files themselves (cycle, duplicate name, bad SQL): exit 3,
+    since the shipped SQL is part of specan, not of the input."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
     allocate a list per token and run about 15x slower.
     """
     if not 1 <= repeat_n <= 32:
-        raise ValueError(f"repeat n must be between 1 and 32, got {repeat_n}")
+        raise InputProblem(f"repeat n must be between 1 and 32, got {repeat_n}")
     parts = ", ".join(f"s[i - {j}]" for j in range(repeat_n, 0, -1))
     con.execute(f"create or replace macro repeat_n() as {repeat_n}")
     con.execute(f"create or replace macro ngram_hash(s, i) as hash({parts}, s[i])")

@@ -19,6 +19,7 @@ this module decides *what* to build from the files it finds.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import InputProblem, InternalError
 from . import rules
 from .schema import TABLE_ORDER, TableSchema, load_schemas
 
@@ -36,7 +38,7 @@ Progress = Callable[[str], None]
 _PARTITION_SEGMENT = re.compile(r"^([^=/]+)=(.*)$")
 
 
-class StructuralError(Exception):
+class StructuralError(InputProblem):
     """Input that cannot be analysed at all. The CLI prints it and exits 2."""
 
     def __init__(self, file: str | Path | None, table: str, column: str | None, problem: str):
@@ -82,6 +84,8 @@ class LoadSummary:
     rejected: dict[str, dict[str, int]]
     # rounds loaded as a view whose key rules are not yet confirmed (see confirm_rounds)
     pending: tuple | None = field(default=None, repr=False, compare=False)
+    notes: list[str] = field(default_factory=list)   # about the input, e.g. entries that are not tables
+    found: dict | None = field(default=None, repr=False, compare=False)  # the files read, per table
 
     @property
     def rejected_total(self) -> int:
@@ -122,8 +126,11 @@ def discover(traces: Path, date: str | None = None, tables: tuple[str, ...] = TA
     With ``date``, a table partitioned by ``date=`` keeps only that date's files.
     """
     traces = Path(traces)
+    if not traces.exists():
+        raise InputProblem(f"{traces}: no such directory")
     if not traces.is_dir():
-        raise StructuralError(traces, "deployments", None, "expected a trace directory")
+        raise InputProblem(f"{traces}: not a directory; expected a trace directory holding "
+                           f"{', '.join(t + '/' for t in TABLE_ORDER)} (or <table>.parquet files)")
     found = {}
     for table in tables:
         root, paths = _table_paths(traces, table)
@@ -144,7 +151,30 @@ def discover(traces: Path, date: str | None = None, tables: tuple[str, ...] = TA
                 if key not in entry.partitions:
                     entry.partitions.append(key)
         found[table] = entry
+    if date is not None and not any("date" in p for entry in found.values() for p in entry.file_partitions.values()):
+        raise InputProblem(f"{traces}: no table is partitioned by date= (folders such as rounds/date={date}/), "
+                           f"so --date {date} cannot select a day")
     return found
+
+
+# What a trace directory may hold besides the tables: the importers' notes, and
+# files tools leave (hidden files, a README).
+_KNOWN_ENTRIES = {"import_notes"}
+
+
+def unknown_entries(traces: Path) -> list[str]:
+    """A note for each entry of TRACES that is not a table, naming the closest table."""
+    names = set(TABLE_ORDER) | {f"{t}.parquet" for t in TABLE_ORDER} | _KNOWN_ENTRIES
+    notes = []
+    for entry in sorted(Path(traces).iterdir()):
+        if entry.name in names or entry.name.startswith((".", "_")) or entry.suffix.lower() in (".md", ".txt"):
+            continue
+        stem = entry.name.removesuffix(".parquet")
+        close = difflib.get_close_matches(stem, TABLE_ORDER, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}{'/' if entry.is_dir() else '.parquet'}?" if close else ""
+        notes.append(f"{entry.name}{'/' if entry.is_dir() else ''} in {traces} is not a trace table "
+                     f"and was not read{hint}")
+    return notes
 
 
 def _first_line(exc: BaseException) -> str:
@@ -274,7 +304,8 @@ def load_traces(
     rows_clean = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLE_ORDER}
     _write_metadata(con, found, schemas, rows_read, rows_clean)
     _load_import_notes(con, Path(traces))
-    summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected)
+    summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected,
+                          notes=unknown_entries(Path(traces)), found=found)
     summary.pending = (found, schemas) if pending else None
     return summary
 
@@ -344,6 +375,34 @@ def unconfirmed_rounds(con: duckdb.DuckDBPyConnection, found: dict[str, TableFil
     return {reason: n for reason, n in counts.items() if n}
 
 
+def check_link_keys(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]) -> None:
+    """The 64-bit link keys (request_uid, step_uid) must each stand for one key.
+
+    Parents: exactly one join key per uid. Rounds: one id per uid within a
+    deployment, read off the aggregates (request_rounds, step_rounds) where they
+    exist. A collision is astronomically rare, but it would merge two requests or
+    steps silently, so it stops the run as an internal error (exit 3)."""
+    links = (("requests", "request_uid", "request_id", "request_rounds"),
+             ("steps", "step_uid", "step_id", "step_rounds"))
+    for parent, uid, column, aggregate in links:
+        hit = None
+        if found[parent].present:
+            shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
+            key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
+            hit = con.execute(f"select {uid} from {rules.parents_as_read_sql(parent)} group by {uid} "
+                              f"having count(distinct ({key}, 0)) > 1 limit 1").fetchone()
+        if hit is None and _has_column(con, aggregate, f"{uid}_collides"):
+            hit = con.execute(f"select {uid} from {aggregate} where {uid}_collides limit 1").fetchone()
+        if hit is not None:
+            raise InternalError(f"hash collision: {uid} {hit[0]} stands for two different {parent} keys, "
+                                "which every number would merge; nothing is reported (please report this)")
+
+
+def _has_column(con, relation: str, column: str) -> bool:
+    return con.execute("select count(*) from information_schema.columns where table_name = ? and column_name = ?",
+                       [relation, column]).fetchone()[0] > 0
+
+
 def confirm_rounds(con: duckdb.DuckDBPyConnection, summary: LoadSummary,
                    progress: Progress | None = None) -> bool:
     """Settle rounds loaded as a view. Returns True when they had to be copied and
@@ -395,10 +454,13 @@ def _own_key(table: str, found: dict[str, TableFiles]) -> tuple[str, ...]:
 def _execute(con, sql: str, entry: TableFiles):
     try:
         return con.execute(sql)
+    except (duckdb.OutOfMemoryException, duckdb.InterruptException):
+        raise           # the machine's limits, not the input's fault (exit 3)
     except duckdb.Error as exc:
         culprit = _unreadable_file(con, entry)
-        raise StructuralError(culprit or entry.files[0].parent, entry.table, None,
-                              f"not readable Parquet ({_first_line(exc)})") from None
+        if culprit is None:
+            raise       # every file decodes: the failure is not the input's (exit 3)
+        raise StructuralError(culprit, entry.table, None, f"not readable Parquet ({_first_line(exc)})") from None
 
 
 def _unreadable_file(con, entry: TableFiles) -> Path | None:

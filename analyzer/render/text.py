@@ -31,6 +31,7 @@ def validation_summary(summary: LoadSummary, examples: dict | None = None) -> st
             note = f"  ({merged} identical copies merged)"
         lines.append(f"{table:<12} {summary.rows_read[table]:>10} {summary.rows_clean[table]:>10} {rejected:>9}{note}")
     total = summary.rejected_total
+    lines += [f"note: {note}" for note in summary.notes]
     lines.append("")
     lines.append(f"rejected rows: {total}")
     for table in TABLE_ORDER:

@@ -26,7 +26,9 @@ with per_request as (
     select
         r.deployment_id,
         r.request_uid,
-        any_value(r.request_id) as request_id,
+        min(r.request_id) as request_id,
+        -- two request ids behind one 64-bit request_uid: a hash collision (checked at load)
+        min(r.request_id) <> max(r.request_id) as request_uid_collides,
         count(*) as num_rounds,
         count(*) filter (where r.num_draft_tokens > 0) as num_spec_rounds,
         sum(r.num_draft_tokens) as num_draft_tokens,
@@ -120,6 +122,7 @@ select
     min_round_idx,
     max_round_idx,
     has_duplicate_round,
+    request_uid_collides,
     packed,
     first_end_us,
     first_token_us,

@@ -15,7 +15,9 @@ select
     min(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as min_proposed,
     max(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as max_proposed,
     min(num_draft_tokens) as min_drafted,
-    max(num_draft_tokens) as max_drafted
+    max(num_draft_tokens) as max_drafted,
+    -- two step ids behind one 64-bit step_uid: a hash collision (checked at load)
+    min(step_id) <> max(step_id) as step_uid_collides
 from rounds
 where step_uid is not null
 group by deployment_id, step_uid

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ...errors import InputProblem
 from ...resources import resource_dir
 
 # Declared type → the exact Arrow type an importer writes.
@@ -56,7 +57,7 @@ _US = dt.timedelta(microseconds=1)
 # --------------------------------------------------------------------------- errors
 
 
-class ImportInputError(Exception):
+class ImportInputError(InputProblem):
     """Input an importer cannot use at all. The CLI prints it on one line and exits 2."""
 
 
