@@ -4,6 +4,12 @@
 ``OUT/D/report.{md,json,html}``, compares D's headline metrics with the median
 of up to ``window_days`` earlier dates in ``OUT/history.parquet``, and then
 upserts D's rows into that history (written aside and renamed).
+
+Runs for different dates may overlap (a backfill with ``xargs -P``, long cron
+runs): from reading the history to renaming the new one over it, a run holds
+``OUT/history.parquet.lock`` (``history.locked``), so every run's rows
+survive. A run that waits longer than ``lock_timeout`` seconds raises
+``history.HistoryLocked``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from pathlib import Path
 from . import api
 from .analysis import history
 from .analysis.config import Config, load_config
+from .errors import InputProblem
 from .ingest.load import Progress
 
 
@@ -34,15 +41,17 @@ def parse_date(text: str) -> dt.date:
     try:
         return dt.date.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"--date {text!r} is not a date: expected YYYY-MM-DD") from None
+        raise InputProblem(f"--date {text!r} is not a date: expected YYYY-MM-DD") from None
 
 
 def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Config | None = None,
-                memory_limit: str = api.DEFAULT_MEMORY_LIMIT, progress: Progress | None = None) -> NightlyResult:
+                memory_limit: str = api.DEFAULT_MEMORY_LIMIT, progress: Progress | None = None,
+                lock_timeout: float = history.LOCK_TIMEOUT, temp_dir: str | Path | None = None) -> NightlyResult:
     day = parse_date(date)
     config = config or load_config(None)
     out = Path(out)
-    ws = api.open_traces(traces, date=day.isoformat(), memory_limit=memory_limit, progress=progress)
+    ws = api.open_traces(traces, date=day.isoformat(), memory_limit=memory_limit, progress=progress,
+                         temp_dir=temp_dir)
     try:
         doc = api.report_document(ws, config=config, progress=progress)
     finally:
@@ -50,22 +59,26 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
 
     history_path = out / "history.parquet"
     today = history.history_rows(doc, day)
-    previous = history.read_history(history_path)
-    combined = history.merge(previous, today)
     thresholds = {k: getattr(config.regression, k)
                   for k in ("max_accept_length_drop", "max_speedup_drop", "max_tpot_p99_rise")}
     doc["date"] = day.isoformat()
-    doc["regressions"] = history.regressions(combined, day, config.regression.window_days, thresholds)
-
-    if progress:
-        progress(f"writing {out / day.isoformat()}")
     day_dir = out / day.isoformat()
-    day_dir.mkdir(parents=True, exist_ok=True)
-    for fmt in ("md", "json"):
-        (day_dir / f"report.{fmt}").write_text(api.render_report(doc, fmt), encoding="utf-8")
-    from .render import html
+    if progress:
+        progress(f"locking {history.lock_path(history_path)}")
+    # Held from the read to the rename: another run's rename in between would be overwritten.
+    with history.locked(history_path, timeout=lock_timeout):
+        previous = history.read_history(history_path)
+        combined = history.merge(previous, today)
+        doc["regressions"] = history.regressions(combined, day, config.regression.window_days, thresholds)
 
-    (day_dir / "report.html").write_text(
-        html.render(doc, history=combined, title=f"specan nightly {day.isoformat()}"), encoding="utf-8")
-    history.write_atomic(history_path, combined)
+        if progress:
+            progress(f"writing {day_dir}")
+        day_dir.mkdir(parents=True, exist_ok=True)
+        for fmt in ("md", "json"):
+            (day_dir / f"report.{fmt}").write_text(api.render_report(doc, fmt), encoding="utf-8")
+        from .render import html
+
+        (day_dir / "report.html").write_text(
+            html.render(doc, history=combined, title=f"specan nightly {day.isoformat()}"), encoding="utf-8")
+        history.write_atomic(history_path, combined)
     return NightlyResult(day, day_dir, doc["regressions"], api.gates_failed(doc))
