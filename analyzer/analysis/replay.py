@@ -57,6 +57,14 @@ baseline covers.
 Deployments whose method is ``ngram`` also get their measured values
 (``measured``) beside the prediction; with the same parameters as the
 deployment, a greedy replay reproduces them.
+
+Timing
+------
+``replay_seconds`` and ``tokens_per_s`` in the result are the replay's
+wall-clock time and rate, for progress and benchmarks. They differ from run to
+run, so they are not part of the document: ``analyzer.render.replay`` leaves
+them out of the Markdown, and its ``move_timing_to_stderr`` prints them on
+stderr and drops them before the results are written as JSON.
 """
 
 from __future__ import annotations

@@ -7,26 +7,29 @@ mailed or archived as one file.
 
 from __future__ import annotations
 
+import functools
 import html
 import io
 from collections import defaultdict
 from typing import Any
 
 import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # no display: render to SVG only
-import matplotlib.pyplot as plt  # noqa: E402
+from ..analysis import buckets
+from .markdown import DASH, is_missing, num, pct, shown_ratio, times
 
-from ..analysis import buckets  # noqa: E402
-from .markdown import DASH, num, pct, times  # noqa: E402
-
-plt.rcParams.update({
+# The charts' style, applied around each chart only (matplotlib.rc_context): importing
+# or using this module changes neither matplotlib's global settings nor its backend.
+# Figures are matplotlib.figure.Figure objects, not pyplot's: no backend, no display,
+# and nothing kept in pyplot's figure registry.
+CHART_RC = {
     "svg.fonttype": "none",      # keep text as text: smaller, selectable
     "svg.hashsalt": "specan",    # stable element ids, so the same data gives the same page
     "font.size": 9,
     "axes.spines.top": False,
     "axes.spines.right": False,
-})
+}
 
 STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 0 auto; max-width: 1200px;
@@ -45,10 +48,19 @@ td:first-child, th:first-child, td.text { text-align: left; }
 """
 
 
-def _svg(fig) -> str:
+def _styled(draw):
+    """Run a chart function under CHART_RC: the style is read when the figure and its
+    axes are made and again when the SVG is written, so both happen inside."""
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(CHART_RC):
+            return draw(*args, **kwargs)
+    return wrapper
+
+
+def _svg(fig: Figure) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]
 
@@ -70,8 +82,10 @@ def _table(headers: list[str], rows: list[list[Any]], classes: list[str] | None 
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
+@_styled
 def _survival_chart(doc: dict) -> str:
-    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    fig = Figure(figsize=(5.2, 3.4))
+    ax = fig.subplots()
     drawn = False
     for d in doc["deployments"]:
         positions = [p for p in d["positions"] if p["survival"] is not None]
@@ -88,6 +102,7 @@ def _survival_chart(doc: dict) -> str:
     return _chart(fig, "acceptance survival curve")
 
 
+@_styled
 def _load_chart(doc: dict) -> str:
     curves: dict[str, list[dict]] = defaultdict(list)
     for row in doc["load_curve"]:
@@ -95,7 +110,8 @@ def _load_chart(doc: dict) -> str:
     all_buckets = buckets.labels("batch")
     present = {row["batch_bucket"] for row in doc["load_curve"]}
     order = [b for b in all_buckets if b in present]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig = Figure(figsize=(10, 3.4))
+    left, right = fig.subplots(1, 2)
     for dep, rows in curves.items():
         rows = sorted(rows, key=lambda r: order.index(r["batch_bucket"]))
         xs = [order.index(r["batch_bucket"]) for r in rows]
@@ -118,9 +134,11 @@ def _load_chart(doc: dict) -> str:
     return _chart(fig, "speedup and accept length by batch bucket")
 
 
+@_styled
 def _latency_chart(doc: dict) -> str:
     deployments = [d for d in doc["deployments"] if d["latency_ms"].get("tpot", {}).get("p50") is not None]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig = Figure(figsize=(12, 3.4))
+    axes = fig.subplots(1, 3)
     for ax, metric in zip(axes, ("tpot", "itl", "max_stall")):
         names = [d["deployment_id"] for d in deployments]
         for offset, stat in zip((-0.25, 0, 0.25), ("p50", "p95", "p99")):
@@ -132,8 +150,10 @@ def _latency_chart(doc: dict) -> str:
     return _chart(fig, "latency percentiles")
 
 
+@_styled
 def _trend_chart(history) -> str:
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    fig = Figure(figsize=(12, 3.2))
+    axes = fig.subplots(1, 3)
     for ax, metric in zip(axes, ("mean_accept_length", "speedup", "tpot_p99")):
         for dep in sorted(set(history.get_column("deployment_id").to_list())):
             rows = history.filter(history["deployment_id"] == dep).sort("date")
@@ -160,9 +180,10 @@ def render(doc: dict[str, Any], history=None, title: str = "specan report") -> s
         parts.append(f'<div class="regression"><strong>Regressions</strong><ul>{items}</ul></div>')
     findings = []
     for d in doc["deployments"]:
-        if d["method"] != "none" and d["speedup"] is not None:
+        if d["method"] != "none" and not is_missing(d["speedup"]):
+            shown, _ = shown_ratio(d["speedup"])
             findings.append(f'<p class="finding"><strong>{html.escape(d["deployment_id"])}</strong> '
-                            f'({html.escape(d["method"])}): {d["speedup"]:.2f}× the throughput of '
+                            f'({html.escape(d["method"])}): {shown}× the throughput of '
                             f'{html.escape(d["baseline_id"])} over {pct(d["speedup_coverage"])} of its tokens; '
                             f'mean accept length {num(d["mean_accept_length"], 2)}.</p>')
     parts += ["<h2>Findings</h2>", *findings]

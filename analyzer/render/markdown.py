@@ -5,6 +5,7 @@ Numbers are rounded here, for display only; the JSON keeps full precision.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -12,8 +13,13 @@ from typing import Any
 DASH = "–"
 
 
+def is_missing(value: Any) -> bool:
+    """None, NaN or ±inf: a value the JSON writes as null, shown as the dash."""
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
 def num(value: Any, digits: int = 3) -> str:
-    if value is None:
+    if is_missing(value):
         return DASH
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -23,16 +29,36 @@ def num(value: Any, digits: int = 3) -> str:
 
 
 def pct(value: Any, digits: int = 1) -> str:
-    return DASH if value is None else f"{value:.{digits}%}"
+    return DASH if is_missing(value) else f"{value:.{digits}%}"
 
 
 def times(value: Any) -> str:
-    return DASH if value is None else f"{value:.3f}×"
+    return DASH if is_missing(value) else f"{value:.3f}×"
 
 
-def table(headers: Sequence[str], body: Iterable[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+def shown_ratio(value: float) -> tuple[str, str]:
+    """A throughput ratio as shown, and the word that fits what is shown: ``faster``,
+    ``slower`` or ``no faster``. Two decimals, or three when two would show 1.00, so
+    0.9962 is "0.996" (slower), not "1.00" (slower); a ratio that shows 1.000 is
+    "no faster"."""
+    shown = f"{value:.2f}"
+    if float(shown) == 1:
+        shown = f"{value:.3f}"
+    shown_value = float(shown)
+    word = "faster" if shown_value > 1 else "slower" if shown_value < 1 else "no faster"
+    return shown, word
+
+
+def cell(value: Any) -> str:
+    """A Markdown table cell: ``|`` escaped, line breaks as spaces, and ``&``, ``<``, ``>``
+    as entities, so a value can neither end its cell nor its row, nor pass through as HTML."""
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return " ".join(text.replace("|", "\\|").splitlines())
+
+
+def table(headers: Sequence[str], body: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in body]
     return "\n".join(lines) + "\n"
 
 
@@ -91,11 +117,11 @@ def _findings(doc: dict) -> str:
     lines = []
     for d in _spec(doc):
         dep = d["deployment_id"]
-        if d["speedup"] is None:
+        if is_missing(d["speedup"]):
             lines.append(f"- **{dep}** ({d['method']}): speedup unknown, see the notes.")
             continue
-        verdict = "faster" if d["speedup"] > 1 else "slower"
-        text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {d['speedup']:.2f}× "
+        shown, verdict = shown_ratio(d["speedup"])
+        text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {shown}× "
                 f"the throughput of {d['baseline_id']} ({verdict}), over {pct(d['speedup_coverage'])} "
                 f"of its tokens; mean accept length {num(d['mean_accept_length'], 2)}.")
         buckets = [b for b in curve.get(dep, []) if b["condition_holds"] is not None]

@@ -1,9 +1,17 @@
-"""`specan replay-ngram` as Markdown."""
+"""`specan replay-ngram` as Markdown, and its timing for stderr.
+
+The replay's wall-clock time (``replay_seconds``, ``tokens_per_s`` in each
+result) differs from run to run, so it stays out of the document: the Markdown
+says how many tokens were replayed, not how fast, and ``move_timing_to_stderr``
+prints the timing on stderr and drops it from the results before they are
+written as JSON. Two runs on the same traces give the same stdout.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
-from typing import Any
+from typing import Any, TextIO
 
 from .markdown import DASH, num, pct, table, times
 
@@ -38,10 +46,7 @@ def render_markdown(results: list[dict[str, Any]]) -> str:
         parts.append(table(headers, body))
         reasons = sorted({(r["deployment_id"], r["predicted_speedup_note"]) for r, _ in rows
                           if r["predicted_speedup_note"]})
-        rate = res["tokens_per_s"]
-        lines = [f"- Replayed {res['tokens_replayed']:,} tokens of {res['num_requests_replayed']:,} requests "
-                 f"in {res['replay_seconds']:.1f} s"
-                 + (f" ({rate:,.0f} tokens/s)." if rate else ".")]
+        lines = [f"- Replayed {res['tokens_replayed']:,} tokens of {res['num_requests_replayed']:,} requests."]
         lines += [f"- {note}" for note in res["notes"]]
         lines += [f"- {dep}: no predicted speedup ({note})." for dep, note in _first_per_dep(reasons)]
         parts.append("\n".join(lines) + "\n")
@@ -53,3 +58,26 @@ def _first_per_dep(reasons: list[tuple[str, str]]) -> list[tuple[str, str]]:
     for dep, note in reasons:
         seen[dep].append(note)
     return [(dep, "; ".join(notes)) for dep, notes in seen.items()]
+
+
+TIMING_KEYS = ("replay_seconds", "tokens_per_s")
+
+
+def timing_lines(results: list[dict[str, Any]]) -> str:
+    """One line per replay: tokens and requests replayed, seconds and tokens per second."""
+    lines = []
+    for res in results:
+        rate = res.get("tokens_per_s")
+        lines.append(f"{res['variant']}: replayed {res['tokens_replayed']:,} tokens of "
+                     f"{res['num_requests_replayed']:,} requests in {res['replay_seconds']:.1f} s"
+                     + (f" ({rate:,.0f} tokens/s)" if rate else ""))
+    return "\n".join(lines)
+
+
+def move_timing_to_stderr(results: list[dict[str, Any]], stream: TextIO | None = None) -> list[dict[str, Any]]:
+    """Print the replays' timing on ``stream`` (stderr by default) and return the results
+    without it (``TIMING_KEYS``), ready to be written as the JSON document."""
+    timed = [res for res in results if "replay_seconds" in res]
+    if timed:
+        print(timing_lines(timed), file=stream if stream is not None else sys.stderr)
+    return [{key: value for key, value in res.items() if key not in TIMING_KEYS} for res in results]
