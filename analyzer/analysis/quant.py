@@ -99,8 +99,8 @@ def _model_entry(model: str, rows: list[dict]) -> dict[str, Any]:
     rows = sorted(rows, key=_order)
     notes: list[str] = []
     for row in rows:
-        for part in (row["note"] or "").split("; "):
-            if part and part not in notes:
+        for part in row["notes"] or []:  # a list from the SQL: no join and split, so a note may hold "; "
+            if part not in notes:
                 notes.append(part)
 
     base = next((r for r in rows if r["variant"] == "baseline"), None)

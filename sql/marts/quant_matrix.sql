@@ -15,6 +15,9 @@
 --   mean_quality = mean of requests.quality_score over V's clean requests that have
 -- one; null when the column is absent from every requests file (trace_columns).
 --   quality_delta = mean_quality − the reference's mean_quality.
+--   notes = why a value is missing (and quant_variants' variant_notes), as a list;
+-- note = the same joined by '; ', for reading only: code reads notes, since a
+-- note may itself hold '; '.
 with reference_t0 as (
     select
         v.deployment_id,
@@ -82,49 +85,54 @@ scored as (
     left join own as ro on ro.deployment_id = v.reference_id
     left join quality as q on q.deployment_id = v.deployment_id
     left join quality as rq on rq.deployment_id = v.reference_id
+),
+
+noted as (
+    select
+        deployment_id,
+        model,
+        variant,
+        method,
+        num_speculative_tokens,
+        target_quant,
+        draft_quant,
+        precision_rank,
+        reference_id,
+        reference_quant,
+        throughput_ratio,
+        coverage,
+        shared_buckets,
+        decode_committed,
+        mean_quality,
+        quality_requests,
+        mean_quality - reference_quality as quality_delta,
+        exact_to,
+        list_filter(list_concat(variant_notes, [
+            case
+                when reference_id is null then null
+                when not (select present from trace_tables where table_name = 'steps')
+                    then 'no throughput ratio: the steps table is absent, so round times are unknown'
+                when decode_committed = 0
+                    then 'no throughput ratio: ' || deployment_id || ' has no decode-only round with a clean step'
+                when coalesce(reference_decode_committed, 0) = 0
+                    then 'no throughput ratio: the reference ' || reference_id
+                         || ' has no decode-only round with a clean step'
+                when shared_buckets = 0
+                    then 'no throughput ratio: no decode-only batch bucket has rounds of both '
+                         || deployment_id || ' and ' || reference_id
+                when throughput_ratio is null
+                    then 'no throughput ratio: ' || deployment_id || ' has zero round time in the shared buckets'
+            end,
+            case
+                when reference_id is null or not quality_present then null
+                when quality_requests = 0 then 'no quality: ' || deployment_id || ' has no request with a quality_score'
+                when reference_quality is null and variant <> 'baseline'
+                    then 'no quality delta: the reference ' || reference_id || ' has no request with a quality_score'
+            end
+        ]), lambda n: n <> '') as notes
+    from scored
 )
 
-select
-    deployment_id,
-    model,
-    variant,
-    method,
-    num_speculative_tokens,
-    target_quant,
-    draft_quant,
-    precision_rank,
-    reference_id,
-    reference_quant,
-    throughput_ratio,
-    coverage,
-    shared_buckets,
-    decode_committed,
-    mean_quality,
-    quality_requests,
-    mean_quality - reference_quality as quality_delta,
-    exact_to,
-    nullif(concat_ws('; ',
-        variant_note,
-        case
-            when reference_id is null then null
-            when not (select present from trace_tables where table_name = 'steps')
-                then 'no throughput ratio: the steps table is absent, so round times are unknown'
-            when decode_committed = 0
-                then 'no throughput ratio: ' || deployment_id || ' has no decode-only round with a clean step'
-            when coalesce(reference_decode_committed, 0) = 0
-                then 'no throughput ratio: the reference ' || reference_id
-                     || ' has no decode-only round with a clean step'
-            when shared_buckets = 0
-                then 'no throughput ratio: no decode-only batch bucket has rounds of both '
-                     || deployment_id || ' and ' || reference_id
-            when throughput_ratio is null
-                then 'no throughput ratio: ' || deployment_id || ' has zero round time in the shared buckets'
-        end,
-        case
-            when reference_id is null or not quality_present then null
-            when quality_requests = 0 then 'no quality: ' || deployment_id || ' has no request with a quality_score'
-            when reference_quality is null and variant <> 'baseline'
-                then 'no quality delta: the reference ' || reference_id || ' has no request with a quality_score'
-        end
-    ), '') as note
-from scored
+-- the notes also as one line, for reading; code reads the list, so a note may hold '; '
+select *, nullif(array_to_string(notes, '; '), '') as note
+from noted

@@ -26,6 +26,8 @@
 -- proposal q, so spec_only stays exact to its target; a quantized target changes
 -- the verification reference to p_quant, so quant_only and combined are exact to
 -- the quantized target, not to the reference.
+-- variant_notes lists the caveats (no matrix, no variant, another number format or
+-- other hardware); variant_note joins them with '; ' for reading only.
 with precision_ranks as (
     select quant, precision_rank
     from (values
@@ -133,7 +135,7 @@ select
                end
         when 'combined' then 'the ' || target_quant || ' target, not the original ' || reference_quant
     end as exact_to,
-    nullif(concat_ws('; ',
+    list_filter([
         case
             when num_top is null
                 then 'no quantization matrix for model ' || model || ': it has no none deployment'
@@ -160,5 +162,6 @@ select
                      || coalesce(' tp=' || cast(reference_tp as varchar), '')
                      || ': its ratio mixes hardware with quantization'
         end
-    ), '') as variant_note
+    ], lambda n: n <> '') as variant_notes,
+    nullif(array_to_string(variant_notes, '; '), '') as variant_note
 from classified
