@@ -181,7 +181,7 @@ def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tup
 
 
 def report_document(ws: Workspace, config=None, progress: Progress | None = None) -> dict:
-    """The report as a JSON-ready document (metrics.md), with gate results under ``gates``."""
+    """The report as a JSON-ready document (docs/metrics.md), with gate results under ``gates``."""
     from .analysis.gates import evaluate_gates
     from .analysis.metrics import collect
     from .analysis.quant import quant_matrix

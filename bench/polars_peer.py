@@ -18,7 +18,7 @@ LABELS = ["1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65-128", "129-256",
 
 
 def bucket(batch_size: pl.Expr) -> pl.Expr:
-    """The batch bucket label (metrics.md): the first edge the batch size does not exceed."""
+    """The batch bucket label (docs/metrics.md): the first edge the batch size does not exceed."""
     expr = pl.lit(LABELS[-1])
     for edge, label in reversed(list(zip(EDGES, LABELS))):
         expr = pl.when(batch_size <= edge).then(pl.lit(label)).otherwise(expr)

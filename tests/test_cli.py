@@ -1,4 +1,4 @@
-"""The command line (commands.md): whole outputs of validate, load and sql, and exit codes.
+"""The command line (docs/commands.md): whole outputs of validate, load and sql, and exit codes.
 
 Every expected output below is written out in full, so any change to what a
 user or a script sees shows up here.
@@ -266,7 +266,7 @@ def test_loaded_database_needs_no_specan(traces, tmp_path):
         print(con.execute("select reason from rejected_rows order by reason").fetchall())
         print(con.execute("select table_name, present, num_files, rows_read, rows_clean "
                           "from trace_tables order by table_name").fetchall())
-        # Every view of the database answers too (commands.md: "can query the
+        # Every view of the database answers too (docs/commands.md: "can query the
         # views with no specan present"); print the ones that fail.
         views = [v for (v,) in con.execute(
             "select view_name from duckdb_views() where not internal order by 1").fetchall()]

@@ -1,4 +1,4 @@
-"""analyzer.config: the --config TOML file (commands.md, "Gates")."""
+"""analyzer.config: the --config TOML file (docs/commands.md, "Gates")."""
 
 from __future__ import annotations
 

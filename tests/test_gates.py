@@ -1,8 +1,8 @@
-"""analyzer.gates: the four deployment gates (commands.md "Gates", seed 8.2) on tiny traces.
+"""analyzer.gates: the four deployment gates (docs/commands.md "Gates", seed 8.2) on tiny traces.
 
 Every expected value is worked out by hand in the comment next to it. Latency
 percentiles use numpy's default (linear) percentile as the oracle, as
-metrics.md says.
+docs/metrics.md says.
 """
 
 from __future__ import annotations

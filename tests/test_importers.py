@@ -1,4 +1,4 @@
-"""specan import (importers.md): every number out of an import against values computed by hand.
+"""specan import (docs/importers.md): every number out of an import against values computed by hand.
 
 The inputs are the small hand-built files of tests/fixtures/. Each expected value
 carries its arithmetic in a comment. Rounds-based imports (vllm-responses,

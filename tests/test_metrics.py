@@ -1,9 +1,9 @@
-"""Metric views (metrics.md) on tiny hand-built traces.
+"""Metric views (docs/metrics.md) on tiny hand-built traces.
 
 Every expected number is worked out by hand in the comment next to it, from the
-definitions in metrics.md, never copied from the views' output. Where a
+definitions in docs/metrics.md, never copied from the views' output. Where a
 comparison needs many samples (latency percentiles) the expected value is
-computed in the test with numpy's default (linear) percentile, as metrics.md says.
+computed in the test with numpy's default (linear) percentile, as docs/metrics.md says.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""analyzer.tuning.recommend and `specan recommend` (commands.md, section `specan recommend`).
+"""analyzer.tuning.recommend and `specan recommend` (docs/commands.md, section `specan recommend`).
 
 The traces are the seed's section 8.1 setup, built in test_tuning (see its
 docstring): conditional acceptance exactly 0.8 at every position, pooled over all
@@ -84,7 +84,7 @@ def test_high_batch_regime_recommends_0_and_the_ranges_show_both(two_regimes):
         assert high["predicted_speedup"][str(g)] == pytest.approx(closed_form_length(g) / (1 + g), rel=1e-12)
         assert high["predicted_speedup"][str(g)] < 1
     # Buckets 2 … 33-64 have no data: they take the k of the nearest lower bucket (1), as
-    # vLLM treats gaps (commands.md); the ranges end at 65-128's upper bound.
+    # vLLM treats gaps (docs/commands.md); the ranges end at 65-128's upper bound.
     assert doc["num_speculative_tokens_per_batch_size"] == [[1, 64, 4], [65, 128, 0]]
     (note,) = [n for n in doc["notes"] if "nearest lower bucket" in n]
     for bucket in ("2", "3-4", "5-8", "9-16", "17-32", "33-64"):

@@ -1,7 +1,7 @@
 """Repetition statistics (request_repetition, category_repetition, repetition_quartiles).
 
 Expected values are counted by hand below, and checked against a brute-force
-reading of metrics.md's definition on random sequences.
+reading of docs/metrics.md's definition on random sequences.
 """
 
 import numpy as np
@@ -65,7 +65,7 @@ def test_n_is_configurable(tmp_path):
 
 
 def brute_force(prompt, output, n):
-    """metrics.md's definition, read literally."""
+    """docs/metrics.md's definition, read literally."""
     eligible = repeats = copies = 0
     for t, token in enumerate(output):
         ctx = prompt + output[:t]

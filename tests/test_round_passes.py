@@ -24,7 +24,7 @@ select request_uid, unnest(gaps_us) / 1000.0 from request_rounds where packed
 union all
 select request_uid, gap_ms from request_gaps_unpacked
 """
-# ... and by their definition (metrics.md): itl_gaps, an ordered window over every emission.
+# ... and by their definition (docs/metrics.md): itl_gaps, an ordered window over every emission.
 WINDOW_GAPS = "select request_uid, gap_ms from itl_gaps"
 
 

@@ -1,4 +1,4 @@
-"""Row rules (trace-format.md, "Row rules"): one minimal dataset per rule.
+"""Row rules (docs/trace-format.md, "Row rules"): one minimal dataset per rule.
 
 Every test builds a tiny trace directory, loads it with ``open_traces`` and
 compares the WHOLE ``rejected_rows`` table (table_name, row_key, reason) with a

@@ -1,4 +1,4 @@
-"""Structure of a trace directory (trace-format.md, "Layout on disk", "Types",
+"""Structure of a trace directory (docs/trace-format.md, "Layout on disk", "Types",
 "Structural errors").
 
 Structural errors go through the CLI: exit status 2, one line on stderr that

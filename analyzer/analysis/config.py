@@ -1,4 +1,4 @@
-"""The ``--config FILE`` of ``specan report`` and ``specan nightly`` (commands.md, "Gates").
+"""The ``--config FILE`` of ``specan report`` and ``specan nightly`` (docs/commands.md, "Gates").
 
     >>> from analyzer.config import load_config
     >>> config = load_config("gates.toml")     # or load_config(None) for the defaults
@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import InputProblem
 
-# The defaults block of commands.md, verbatim. A test checks that it parses to
+# The defaults block of docs/commands.md, verbatim. A test checks that it parses to
 # the dataclass defaults below, so the two cannot drift apart.
 DEFAULT_CONFIG_TOML = """\
 [gates.correctness]          # matches_reference = true / requests where it is not null

@@ -1,5 +1,5 @@
 """The four deployment gates of the seed (8.2): correctness, quality, latency and
-capacity (commands.md, "Gates").
+capacity (docs/commands.md, "Gates").
 
     >>> from analyzer import api, gates
     >>> from analyzer.config import load_config

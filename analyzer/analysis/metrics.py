@@ -1,4 +1,4 @@
-"""Collect the metric views into one report document (metrics.md's JSON contract).
+"""Collect the metric views into one report document (docs/metrics.md's JSON contract).
 
 The numbers come from the SQL views; this module only reads them, shapes them
 into the documented keys, and writes a note for every value that is null.

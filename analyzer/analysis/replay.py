@@ -26,7 +26,7 @@ is rejected, so the replay is approximate there; the share of replayed
 requests with temperature > 0 is reported.
 
 Per group: num_rounds, num_spec_rounds (rounds with drafts), num_draft_tokens,
-num_accepted_tokens, num_committed_tokens, and from them, as in metrics.md,
+num_accepted_tokens, num_committed_tokens, and from them, as in docs/metrics.md,
 mean_accept_length = 1 + C / R over rounds with drafts, acceptance_rate =
 C / drafted, tokens_per_round = committed / rounds, and no_draft_share =
 rounds without drafts / rounds.
@@ -79,6 +79,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from ..errors import InputProblem
 from .ngram import VARIANTS, replay_batch
 
 DEFAULT_MIN_N = 2
@@ -121,13 +122,13 @@ def replay_ngram(
     """
     variant = variant.replace("-", "_")
     if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected prompt_lookup or suffix")
+        raise InputProblem(f"unknown variant {variant!r}; expected prompt_lookup or suffix")
     if min_n < 1 or k < 1:
-        raise ValueError(f"need min_n >= 1 and k >= 1, got min_n={min_n} k={k}")
+        raise InputProblem(f"need min_n >= 1 and k >= 1, got min_n={min_n} k={k}")
     if max_n < min_n:
-        raise ValueError(f"need min_n <= max_n, got min_n={min_n} max_n={max_n}")
+        raise InputProblem(f"need min_n <= max_n, got min_n={min_n} max_n={max_n}")
     if variant == "suffix" and max_match < min_n:
-        raise ValueError(f"need min_n <= max_match, got min_n={min_n} max_match={max_match}")
+        raise InputProblem(f"need min_n <= max_match, got min_n={min_n} max_match={max_match}")
     longest = max_n if variant == "prompt_lookup" else max_match
     parameters: dict[str, Any] = (
         {"min_n": min_n, "max_n": max_n, "k": k} if variant == "prompt_lookup"
@@ -142,7 +143,7 @@ def replay_ngram(
     missing = {dep: n for dep, _, n in counts if n}
     to_replay = sum(total - n for _, total, n in counts)
     if to_replay == 0:
-        raise ValueError("no request has both prompt_token_ids and output_token_ids: nothing to replay")
+        raise InputProblem("no request has both prompt_token_ids and output_token_ids: nothing to replay")
 
     # ------------------------------------------------------------------ the replay
     started = time.perf_counter()
@@ -221,13 +222,13 @@ def replay_ngram(
 def _check_input(con: duckdb.DuckDBPyConnection, category: str | None) -> None:
     present = con.execute("select present from trace_tables where table_name = 'requests'").fetchone()
     if not present or not present[0]:
-        raise ValueError("the requests table is absent: the replay needs prompt_token_ids and output_token_ids")
+        raise InputProblem("the requests table is absent: the replay needs prompt_token_ids and output_token_ids")
     if category is None:
         return
     known = [c for (c,) in con.execute(
         "select distinct coalesce(category, 'unlabeled') as c from requests order by c").fetchall()]
     if category not in known:
-        raise ValueError(f"no request has category {category!r} (categories: {', '.join(known) or 'none'})")
+        raise InputProblem(f"no request has category {category!r} (categories: {', '.join(known) or 'none'})")
 
 
 def _arrow_batches(rel: duckdb.DuckDBPyRelation, rows: int):

@@ -1,18 +1,18 @@
 """Which speculation length pays, per batch size? A round-cost model and a recommendation.
 
-``recommend(con, deployment_id)`` answers ``specan recommend`` (commands.md): for
+``recommend(con, deployment_id)`` answers ``specan recommend`` (docs/commands.md): for
 each batch bucket b it predicts the speedup of every speculation length γ from
 0 to the deployment's num_speculative_tokens, picks the best, and writes the
 choice as vLLM's ``num_speculative_tokens_per_batch_size`` ranges.
 
-The three ingredients (commands.md)
+The three ingredients (docs/commands.md)
 -----------------------------------
 1. E[L](γ) = 1 + Σ_{i ≤ γ} Π_{j ≤ i} a_j, from the conditional acceptance a_j of
    ``position_acceptance``, pooled over all of the deployment's rounds
    (``expected_length``). Unknown past the deepest position any round drafted.
 2. T_round(γ, b), the round time at γ in bucket b. Where steps whose requests
    all proposed γ drafts ran in b (view ``gamma_costs``), their measured mean
-   round time (each step weighted by its rounds, as metrics.md counts round
+   round time (each step weighted by its rounds, as docs/metrics.md counts round
    time). Elsewhere the bucket's fitted round-cost model (below), evaluated at
    the batch size a round of b sees on average, B̄ = Σ rounds·B / Σ rounds,
    and X = B̄ · (1 + γ · r) tokens verified, where r is the bucket's verified
@@ -65,7 +65,7 @@ with a note. Only the observed γ gets a predicted speedup there.
 A step's γ is the number of drafts its requests *proposed*, num_draft_tokens +
 num_invalidated_tokens, when every request of the step proposed the same number
 (``cost_steps.gamma``): that is the length the config sets, and a step whose
-grammar cut some drafts still paid for drafting them. X, as commands.md says,
+grammar cut some drafts still paid for drafting them. X, as docs/commands.md says,
 counts what was verified; so a step with grammar cuts verifies fewer tokens than
 it drafted, which the fit can't see (it bends the fit at small X in bucket 1).
 
@@ -396,7 +396,7 @@ def _fmt(value: float) -> str:
 
 
 def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str) -> dict[str, Any]:
-    """The ``specan recommend`` document for one deployment (commands.md).
+    """The ``specan recommend`` document for one deployment (docs/commands.md).
 
     Keys: deployment_id, method, num_speculative_tokens, baseline_id,
     num_speculative_tokens_per_batch_size ([[start, end, k], …], empty without any

@@ -213,7 +213,7 @@ def check_structure(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]
     schemas = load_schemas()
     for table, entry in found.items():
         schema = schemas[table]
-        # importers.md: a directory with intervals may lack rounds; only interval views apply then.
+        # docs/importers.md: a directory with intervals may lack rounds; only interval views apply then.
         optional_here = table == "rounds" and found.get("intervals") is not None and found["intervals"].present
         if schema.required and not entry.present and not optional_here:
             raise StructuralError(None, table, None,

@@ -4,7 +4,7 @@ Every statement here is generated from a table's schema (``schemas/*.json``)
 and a ``TablePlan`` describing the files actually found, because the columns
 present and the Hive partition columns are only known at load time.
 
-Row rules, per trace-format.md:
+Row rules, per docs/trace-format.md:
 
 - ``null_required`` first, then ``duplicate_key`` among the remaining rows
   (every copy is rejected), then ``negative_count``, the table's own rules and
@@ -97,7 +97,7 @@ def _cast(name: str, declared: str) -> str:
     target = DECLARED_TO_DUCKDB[declared]
     expr = f"cast({q(name)} as {target})"
     if declared == "DOUBLE":
-        # NaN and ±inf are read as null (trace-format.md).
+        # NaN and ±inf are read as null (docs/trace-format.md).
         return f"case when isfinite({expr}) then {expr} end"
     return expr
 

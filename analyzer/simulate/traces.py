@@ -422,7 +422,7 @@ STOP_NAMES = (None, "eos", "stop_string", "length", "abort")
 def repeat_flags(prompt: np.ndarray, output: np.ndarray, n: int = 3) -> np.ndarray:
     """For each output position t: does (ctx[-n:], output[t]) occur inside ctx = prompt + output[:t]?
 
-    This is metrics.md's repeat(n). Positions with fewer than n tokens of
+    This is docs/metrics.md's repeat(n). Positions with fewer than n tokens of
     context are False.
     """
     seq = np.concatenate([prompt, output]).astype(np.int64)

@@ -4,7 +4,7 @@
 --
 -- Every label here belongs to a request, so each group is a sum over request_rounds
 -- (one row per request), and num_requests counts its rows.
--- Every ratio is a ratio of sums (metrics.md): C = Σ accepted over speculative
+-- Every ratio is a ratio of sums (docs/metrics.md): C = Σ accepted over speculative
 -- rounds, which equals Σ accepted over all rounds because accepted ≤ drafted.
 with grouped as (
     select

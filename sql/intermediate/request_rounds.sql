@@ -8,7 +8,7 @@
 -- by them is a sum over these rows. The pass itself joins only the steps (for the
 -- round's end time): a 50M-round pass pays for each join it makes.
 --
--- Streaming gaps (metrics.md: itl, max_stall) need each request's emissions in
+-- Streaming gaps (docs/metrics.md: itl, max_stall) need each request's emissions in
 -- round_idx order. An emission is the first token (first_token_time), then the end
 -- of each round that committed tokens and has a clean step, for clean requests.
 -- Instead of a window that sorts every round of the trace, each request packs

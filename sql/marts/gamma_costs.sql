@@ -2,7 +2,7 @@
 -- all proposed the same γ (cost_steps.gamma), per batch bucket.
 -- Grain: one row per deployment_id, batch_bucket, gamma.
 --
--- round_ms is the mean round time as metrics.md counts it: Σ over the rounds of
+-- round_ms is the mean round time as docs/metrics.md counts it: Σ over the rounds of
 -- their step's duration / rounds, so a step weighs as many rounds as it holds.
 -- step_ms is the plain mean over steps. The mean_tokens_verified* columns are step
 -- means, for the fit's residual at this γ.

@@ -1,10 +1,10 @@
--- Inputs of the deployment gates (commands.md "Gates"): the value that each
+-- Inputs of the deployment gates (docs/commands.md "Gates"): the value that each
 -- gate check compares with its threshold. Thresholds come from --config, so
 -- pass/fail/unknown is decided in analyzer/gates.py, not here.
 --   match_rate   = requests with matches_reference = true / requests where it is not null
 --   quality_drop = matched baseline's mean quality_score − this deployment's
 -- A value whose column is absent from every requests file is null (unknown),
--- never computed from defaults (trace-format.md).
+-- never computed from defaults (docs/trace-format.md).
 -- Grain: one row per deployment_id.
 with has as (
     select

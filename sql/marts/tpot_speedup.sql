@@ -1,4 +1,4 @@
--- Speedup from request timings alone, for traces without steps (importers.md):
+-- Speedup from request timings alone, for traces without steps (docs/importers.md):
 -- tpot_speedup = [Σ_B (finish − first token) / Σ_B (output_tokens − 1)]
 --              / [Σ_D (finish − first token) / Σ_D (output_tokens − 1)],
 -- over requests with output_tokens > 1 and both times. It is not matched on batch

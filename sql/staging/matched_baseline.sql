@@ -1,4 +1,4 @@
--- The matched non-speculative baseline of each deployment (metrics.md).
+-- The matched non-speculative baseline of each deployment (docs/metrics.md).
 -- Grain: one row per deployment_id.
 --
 -- Exactly one rule applies:

@@ -1,4 +1,4 @@
-"""Importers: turn what an engine already emits into trace tables (importers.md).
+"""Importers: turn what an engine already emits into trace tables (docs/importers.md).
 
     from analyzer.importers import run_import
     summary = run_import("vllm-responses", ["responses.jsonl"], "traces/", "eagle-a")

@@ -285,7 +285,7 @@ class DeploymentRow:
 
 def deployment_row(deployment_id: str, overrides: Overrides, *, model: str | None, speculated: bool,
                    num_spec_tokens: int | None) -> DeploymentRow:
-    """The importers.md rules: command line, else the source, else `unknown` / 0."""
+    """The docs/importers.md rules: command line, else the source, else `unknown` / 0."""
     weak = set()
     if overrides.model is not None:
         model_value = overrides.model

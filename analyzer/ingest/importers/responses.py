@@ -31,7 +31,7 @@ OPTIONAL_REQUEST_COLUMNS = ("category", "first_token_time", "finish_time", "stru
                             "num_preemptions", "prompt_token_ids", "output_token_ids", "quality_score",
                             "matches_reference")
 
-# OpenAI-style finish_reason → requests.finish_reason (trace-format.md).
+# OpenAI-style finish_reason → requests.finish_reason (docs/trace-format.md).
 FINISH_REASON = {"stop": "stop", "eos": "stop", "tool_calls": "stop", "function_call": "stop",
                  "length": "length", "abort": "abort", "error": "error"}
 

@@ -4,7 +4,7 @@ Each line is a chat.completion / text_completion response, or a wrapper
 ``{"response": {...}, "sent_at", "category", "structured_output", "temperature",
 "prompt_token_ids", "output_token_ids"}``. The per-request ``metrics`` object
 gives the timings and, with ``--per-request-spec-decode-metrics``,
-``metrics.speculative_decoding`` gives the rounds (importers.md).
+``metrics.speculative_decoding`` gives the rounds (docs/importers.md).
 """
 
 from __future__ import annotations
