@@ -147,7 +147,7 @@ def _progress(flag: bool | None) -> Progress:
 def main() -> None:
     """specan: does speculative decoding pay off on your traffic?
 
-    Reads per-round Parquet traces (see the trace format in the README) into
+    Reads per-round Parquet traces (see docs/trace-format.md) into
     DuckDB and computes accept length, the round-cost ledger, speedup against a
     matched baseline, latency and more.
 
@@ -190,7 +190,7 @@ def validate(traces: Path, strict: bool, memory_limit: str, temp_dir: Path | Non
 @click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default="md", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
-              help="TOML file of gate thresholds (defaults: see the README).")
+              help="TOML file of gate thresholds (defaults: docs/commands.md, section Gates).")
 @click.option("--check", is_flag=True, help="Exit 1 when a deployment gate fails.")
 @_repeat_n_option
 @_memory_option
@@ -409,7 +409,7 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
     import json
 
     from .analysis.replay import replay_ngram as run_replay
-    from .render.replay import render_markdown
+    from .render.replay import move_timing_to_stderr, render_markdown
 
     show = _progress(progress)
     variants = ["prompt_lookup", "suffix"] if variant == "both" else [variant.replace("-", "_")]
@@ -419,6 +419,7 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
                               progress=show) for v in variants]
     finally:
         ws.close()
+    results = move_timing_to_stderr(results)       # wall-clock time is not part of the document
     if fmt == "json":
         click.echo(json.dumps(tables.finite({"replays": results}), default=tables.json_default,
                               allow_nan=False, ensure_ascii=False, indent=2))

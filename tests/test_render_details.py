@@ -109,9 +109,6 @@ def test_timing_goes_to_stderr_and_out_of_the_document():
         "suffix: replayed 1,234,567 tokens of 89 requests in 0.0 s"
 
 
-@pytest.mark.xfail(strict=True, reason="needs the one line in analyzer/cli.py replay_ngram that calls "
-                                       "render.replay.move_timing_to_stderr (issue 12, section 8); "
-                                       "remove this marker with it")
 def test_replay_json_has_no_timing(hand_trace):  # noqa: F811
     args = ["replay-ngram", str(hand_trace), "--variant", "suffix", "--format", "json"]
     result = CliRunner().invoke(main, args)

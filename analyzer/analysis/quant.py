@@ -19,7 +19,7 @@ at the top rank; a tie, or no `none` deployment at all, means no matrix.
 
 Pairing rule, for a combined deployment C:
 
-- quant only: C's matched baseline (metrics.md) when it is a quant_only
+- quant only: C's matched baseline (docs/metrics.md) when it is a quant_only
   deployment with C's target_quant; otherwise the single quant_only deployment
   whose target_quant equals C's (case-insensitive). Several candidates and no
   matched baseline among them: no pairing, with a note naming them.

@@ -6,7 +6,7 @@
 --   throughput_ratio = Σ_b t0_ref(b) · committed_V(b) / Σ_b time_V(b), with
 --   t0_ref(b) = reference time / reference committed in decode-only batch bucket b,
 -- over the decode-only batch buckets that both V and the reference have: the
--- formula of metrics.md's speedup, but always against the top-precision
+-- formula of docs/metrics.md's speedup, but always against the top-precision
 -- reference, never the matched baseline (a quant_only deployment gets a ratio too,
 -- and combined is compared with the original precision).
 --   coverage = V's decode-only committed tokens in those buckets / all of V's
