@@ -61,3 +61,17 @@ def test_a_loaded_database_opens_in_the_duckdb_cli_users_install(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "n,rounds\n3546,470316\ndeployment_id,l\neagle-bf16,2.597823\nb\n5-8\n"
+
+
+def test_the_sdist_carries_what_its_tests_need(tmp_path):
+    """The sdist's own tests read sample_traces/, tests/golden/ and docs/; they ship with it."""
+    import tarfile
+
+    subprocess.run([sys.executable, "-m", "hatchling", "build", "-t", "sdist", "-d", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True)
+    (sdist,) = tmp_path.glob("specan-*.tar.gz")
+    names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
+    shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "sample_traces").rglob("*.parquet")}
+    assert shipped and shipped <= names
+    assert {"tests/golden/sample_report.json", "tests/golden/sample_report.md", "tests/conftest.py",
+            "docs/trace-format.md", "sql/seeds/buckets.csv", "sql/materialized.toml", ".ci/run"} <= names

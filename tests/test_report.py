@@ -21,11 +21,9 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def sample_json():
-    result = run("report", SAMPLE, "--format", "json")
-    assert result.exit_code == 0, result.output
-    return result.stdout
+@pytest.fixture
+def sample_json(sample_report):
+    return sample_report["json"]
 
 
 def close(actual, expected, path="$"):
@@ -51,13 +49,31 @@ def test_sample_report_json_matches_golden(sample_json):
     close(json.loads(sample_json), json.loads(golden.read_text()))
 
 
-def test_sample_report_markdown_matches_golden():
-    result = run("report", SAMPLE)
-    assert result.exit_code == 0, result.output
+def test_sample_report_markdown_matches_golden(sample_report):
     golden = GOLDEN / "sample_report.md"
     if UPDATE:
-        golden.write_text(result.stdout)
-    assert result.stdout == golden.read_text()
+        golden.write_text(sample_report["md"])
+    assert sample_report["md"] == golden.read_text()
+
+
+def test_the_command_prints_the_same_report(sample_report):
+    """One full `specan report` run on the sample: what the fixture renders is what a user gets."""
+    result = run("report", SAMPLE, "--format", "json", "--progress", "--profile", "--check")
+    assert result.exit_code == 1      # the sample fails the latency gate, and --check says so
+    assert result.stdout == sample_report["json"]
+    assert "reading rounds" in result.stderr and "computing metrics" in result.stderr
+    profile = result.stderr.splitlines()
+    start = profile.index("profile: seconds per phase")
+    phases = [line.split(None, 1) for line in profile[start + 1:]]
+    names = [name for _, name in phases]
+    for phase in ("reading rounds (3 files, in place: counting row-rule breaks)", "computing request_rounds",
+                  "computing round_cells", "confirming the rounds' key rules from the aggregates",
+                  "computing metrics", "rendering json"):
+        assert phase in names
+    assert names[-1] == "total"
+    seconds = [float(s) for s, _ in phases]
+    assert all(s >= 0 for s in seconds)
+    assert seconds[-1] == pytest.approx(sum(seconds[:-1]), abs=0.01 * len(seconds))
 
 
 CONTRACT = {
@@ -124,17 +140,12 @@ def test_sample_numbers_hold_together(sample_json):
     assert matched["eagle-fp8"] == "base-fp8"     # explicit baseline_id
 
 
-def test_progress_goes_to_stderr_and_stdout_stays_json(tmp_path):
-    result = run("report", SAMPLE, "--format", "json", "--progress")
-    assert result.exit_code == 0
-    json.loads(result.stdout)
-    assert "reading rounds" in result.stderr and "computing metrics" in result.stderr
-
-
 def test_output_file(tmp_path):
+    traces = write_traces(tmp_path / "t", deployments=[deployment("spec")], rounds=[round_row("spec", "r", 0, 4, 3)])
     out = tmp_path / "report.md"
-    result = run("report", SAMPLE, "-o", out)
+    result = run("report", traces, "-o", out)
     assert result.exit_code == 0 and result.stdout == ""
+    assert out.read_text() == run("report", traces).stdout
     assert out.read_text().startswith("# specan report\n")
 
 
@@ -170,39 +181,20 @@ def test_report_without_optional_tables(tmp_path):
     assert "the steps table is absent: round times, speedup and the load curve are unavailable" in doc["notes"]
 
 
-def test_gates_exit_status_only_under_check(tmp_path):
-    # On the sample traces the latency gate fails (max_stall p99 > 250 ms for every deployment).
-    plain = run("report", SAMPLE, "--format", "json")
-    assert plain.exit_code == 0
-    gates = json.loads(plain.stdout)["gates"]
+def test_gates_exit_status_only_under_check(tmp_path, sample_report):
+    # On the sample traces the latency gate fails (max_stall p99 > 250 ms for every deployment);
+    # test_the_command_prints_the_same_report sees --check exit 1 on it.
+    gates = sample_report["doc"]["gates"]
     assert {(g["deployment_id"], g["gate"], g["status"]) for g in gates if g["gate"] == "latency"} >= {
         ("eagle-bf16", "latency", "fail")}
-    assert run("report", SAMPLE, "--check").exit_code == 1
     loose = tmp_path / "loose.toml"
     loose.write_text("[gates.latency]\nttft_p99_ms = 1e9\ntpot_p95_ms = 1e9\nmax_stall_p99_ms = 1e9\n"
                      "[gates.capacity]\nmin_speedup = 0.5\n")
     result = run("report", SAMPLE, "--check", "--config", loose)
     assert result.exit_code == 0, result.output
+    assert run("report", SAMPLE, "--format", "json").exit_code == 0      # without --check, never 1
     bad = tmp_path / "bad.toml"
     bad.write_text("[gates.latency]\nttft_p99 = 5\n")
     result = run("report", SAMPLE, "--config", bad)
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "ttft_p99" in result.stderr and str(bad) in result.stderr
-
-
-def test_profile_prints_seconds_of_every_phase_on_stderr():
-    result = run("report", SAMPLE, "--format", "json", "--profile")
-    assert result.exit_code == 0
-    json.loads(result.stdout)
-    lines = result.stderr.splitlines()
-    assert lines[0] == "profile: seconds per phase"
-    phases = [line.split(None, 1) for line in lines[1:]]
-    names = [name for _, name in phases]
-    for phase in ("reading rounds (3 files, in place: counting row-rule breaks)", "computing request_rounds",
-                  "computing round_cells", "confirming the rounds' key rules from the aggregates",
-                  "computing metrics", "rendering json"):
-        assert phase in names
-    assert names[-1] == "total"
-    seconds = [float(s) for s, _ in phases]
-    assert all(s >= 0 for s in seconds)
-    assert seconds[-1] == pytest.approx(sum(seconds[:-1]), abs=0.01 * len(seconds))

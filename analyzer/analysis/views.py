@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -51,16 +51,23 @@ class View:
     purpose: str
     materialized: bool = False
 
-    @cached_property
+    @property
     def references(self) -> frozenset[str]:
         """The relations this view reads, excluding its own CTEs."""
         try:
-            tree = sqlglot.parse_one(self.sql, read="duckdb")
+            return _relations_read(self.sql)
         except sqlglot.errors.ParseError as exc:
             raise ViewError(f"{self.path}: cannot parse view {self.name}: {str(exc).splitlines()[0]}") from None
-        ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-        tables = {table.name.lower() for table in tree.find_all(exp.Table) if table.name}
-        return frozenset(tables - ctes)
+
+
+# Parsing every view costs ~0.3 s; a process that opens traces many times (tests,
+# a notebook) parses each distinct text once.
+@lru_cache(maxsize=512)
+def _relations_read(sql: str) -> frozenset[str]:
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    tables = {table.name.lower() for table in tree.find_all(exp.Table) if table.name}
+    return frozenset(tables - ctes)
 
 
 def _materialized(sql_dir: Path) -> set[str]:

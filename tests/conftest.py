@@ -1,0 +1,30 @@
+"""Fixtures shared by the test modules.
+
+The sample traces' report is built once per pytest run and every format is
+rendered from that one document, the same way `specan report` does it
+(api.open_traces → api.report_document → api.render_report)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from analyzer import api
+from analyzer.analysis.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_traces"
+
+
+@pytest.fixture(scope="session")
+def sample_report() -> dict:
+    """{"doc": the report document, "md" | "json" | "html": its renderings}."""
+    ws = api.open_traces(SAMPLE)
+    try:
+        doc = api.report_document(ws, config=load_config(None))
+    finally:
+        ws.close()
+    rendered = {fmt: api.render_report(copy.deepcopy(doc), fmt) for fmt in ("md", "json", "html")}
+    return {"doc": doc, **rendered}
