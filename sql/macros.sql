@@ -35,3 +35,12 @@ create or replace macro packed_gaps_us(keys, first_end_us, first_token_us) as
 -- tokens reach the user then (streaming gaps).
 create or replace macro step_end_time(start_time, duration_ms) as
     start_time + to_microseconds(cast(round(duration_ms * 1000) as bigint));
+
+-- A time in ms as a fixed-point DECIMAL(18, 6): exact to the nanosecond.
+-- A sum of DOUBLE depends on the order its rows are added in, which parallel
+-- threads change from run to run, so the last digits of every time sum would
+-- too. A sum of DECIMAL is an integer sum (HUGEINT), exact in any order. Trace
+-- times are whole microseconds (timestamps) or at finest nanoseconds, so this
+-- loses nothing they hold; digits below 1 ns are rounded. Divide such a sum by
+-- a count, or cast it, to get a DOUBLE back. Up to 10^12 ms per value.
+create or replace macro exact_ms(ms) as cast(ms as decimal(18, 6));

@@ -319,12 +319,16 @@ def _costs(con: duckdb.DuckDBPyConnection) -> tuple[dict, dict, dict]:
     """Round cost per deployment and per (deployment, category): (Σ_b t0(b)·rounds(b),
     Σ_b time(b), covered rounds, all rounds) over the decode-only batch buckets with a
     baseline t0(b); and the share of rounds without drafts, keyed (deployment, category)
-    and (deployment, None)."""
+    and (deployment, None).
+
+    The rows are read in a fixed order and the times summed exactly (exact_ms), so the
+    float sums below come out the same in every run."""
     t0 = {(d, b): v for d, b, v in con.execute(
         "select deployment_id, batch_bucket, t0_ms from speedup_by_batch where t0_ms is not null").fetchall()}
     per_dep: dict[str, list] = {}
     for dep, bucket, rounds, round_ms in con.execute(
-            "select deployment_id, batch_bucket, num_rounds, round_ms from speedup_by_batch").fetchall():
+            "select deployment_id, batch_bucket, num_rounds, round_ms from speedup_by_batch "
+            "order by deployment_id, bucket_min").fetchall():
         acc = per_dep.setdefault(dep, [0.0, 0.0, 0, 0])
         if (dep, bucket) in t0:
             acc[0] += t0[dep, bucket] * rounds
@@ -338,9 +342,10 @@ def _costs(con: duckdb.DuckDBPyConnection) -> tuple[dict, dict, dict]:
             select deployment_id, category, batch_bucket, count(*),
                    count(*) filter (where num_draft_tokens = 0),
                    count(*) filter (where decode_only and has_step),
-                   sum(duration_ms) filter (where decode_only and has_step)
+                   cast(sum(exact_ms(duration_ms)) filter (where decode_only and has_step) as double)
             from round_facts
-            group by deployment_id, category, batch_bucket""").fetchall():
+            group by deployment_id, category, batch_bucket
+            order by deployment_id, category, batch_bucket nulls last""").fetchall():
         acc = per_cat.setdefault((dep, cat), [0.0, 0.0, 0, 0])
         acc[3] += rounds
         if dep in per_dep:

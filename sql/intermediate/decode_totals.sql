@@ -2,6 +2,8 @@
 -- step, by batch bucket, and within it by context bucket or by category.
 -- Grain: one row per (grouping, deployment_id, batch_bucket[, context_bucket | category]);
 -- grouping is batch, context or category.
+--
+-- time_ms is an exact DECIMAL sum (round_cells), so sums of it are exact too.
 select
     case
         when grouping(context_bucket, category) = 3 then 'batch'

@@ -8,23 +8,24 @@
 -- the order statistics at floor and ceil of (n - 1)·p, found by cumulative
 -- counts, so the quantiles need no memory per gap.
 with stalls as (
-    select deployment_id, max_stall_ms
+    select deployment_id, request_uid, max_stall_ms
     from request_rounds
     where packed and max_stall_ms is not null
     union all
-    select deployment_id, max(gap_ms)
+    select deployment_id, request_uid, max(gap_ms)
     from request_gaps_unpacked
     group by deployment_id, request_uid
 ),
 
+-- one sample per request and metric: request_uid orders the mean's sum
 samples as (
-    select deployment_id, 'ttft' as metric, ttft_ms as value from request_latency
+    select deployment_id, request_uid, 'ttft' as metric, ttft_ms as value from request_latency
     union all
-    select deployment_id, 'tpot', tpot_ms from request_latency
+    select deployment_id, request_uid, 'tpot', tpot_ms from request_latency
     union all
-    select deployment_id, 'e2el', e2el_ms from request_latency
+    select deployment_id, request_uid, 'e2el', e2el_ms from request_latency
     union all
-    select deployment_id, 'max_stall', max_stall_ms from stalls
+    select deployment_id, request_uid, 'max_stall', max_stall_ms from stalls
 ),
 
 itl_ranked as (
@@ -71,7 +72,8 @@ select
     deployment_id,
     metric,
     count(value) as n,
-    avg(value) as mean,
+    -- a DOUBLE mean, added in request order so that every run adds it alike
+    avg(value order by request_uid) as mean,
     quantile_cont(value, [0.5, 0.9, 0.95, 0.99]) as q,
     max(value) as max
 from samples

@@ -4,7 +4,10 @@
 -- has_step, decode_only, parts_overlap) that has rounds.
 --
 -- Timing parts are summed with their counts (avg = sum / count), so the views
--- that read these cells average exactly the rounds that know each part.
+-- that read these cells average exactly the rounds that know each part. The
+-- time sums are DECIMAL (exact_ms), exact in any order: parallel threads add
+-- the rounds in a different order in every run, and a DOUBLE sum would differ
+-- in its last digits.
 with by_size as (
     -- grouped by the raw batch size and context length in KiB first: integers hash
     -- faster than labels, and every context bucket boundary is a whole KiB
@@ -21,13 +24,13 @@ with by_size as (
         sum(num_accepted_tokens) as num_accepted_tokens,
         sum(num_committed_tokens) as num_committed_tokens,
         count(duration_ms) as duration_n,
-        sum(duration_ms) as duration_ms,
+        sum(exact_ms(duration_ms)) as duration_ms,
         count(draft_ms) as draft_n,
-        sum(draft_ms) as draft_ms,
+        sum(exact_ms(draft_ms)) as draft_ms,
         count(verify_ms) as verify_n,
-        sum(verify_ms) as verify_ms,
+        sum(exact_ms(verify_ms)) as verify_ms,
         count(other_ms) as other_n,
-        sum(other_ms) as other_ms
+        sum(exact_ms(other_ms)) as other_ms
     from round_facts
     group by all
 )

@@ -2,7 +2,8 @@
 -- tokens per round (real progress per decode step), stop truncation, tree width.
 -- Grain: one row per deployment_id (every clean deployment, even without rounds).
 with per_request as (
-    select deployment_id, avg(accept_length) as mean_accept_length_per_request
+    -- a DOUBLE mean, added in request order so that every run adds it alike
+    select deployment_id, avg(accept_length order by request_uid) as mean_accept_length_per_request
     from request_acceptance
     where num_spec_rounds > 0
     group by deployment_id

@@ -23,9 +23,12 @@ step_totals as (
     select
         s.deployment_id,
         count(*) as num_steps,
-        avg(s.kv_usage) as kv_usage_mean,
+        -- a DOUBLE mean, added in step order so that every run adds it alike
+        avg(s.kv_usage order by s.step_uid) as kv_usage_mean,
         max(s.kv_usage) as kv_usage_max,
-        avg(coalesce(r.draft_tokens, 0) / d.kv_capacity_tokens) as candidate_kv_share
+        -- the mean of draft_tokens / kv_capacity_tokens, one capacity per deployment:
+        -- an exact integer mean, divided once
+        avg(coalesce(r.draft_tokens, 0)) / any_value(d.kv_capacity_tokens) as candidate_kv_share
     from steps as s
     join deployments as d on d.deployment_id = s.deployment_id
     left join step_drafts as r on r.step_uid = s.step_uid

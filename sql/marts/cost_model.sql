@@ -10,6 +10,15 @@
 -- round_mean_batch_size is the batch size a round sees on average (Σ rounds·B / Σ
 -- rounds), where a fitted round time is evaluated. nodes_per_draft is Σ verified
 -- nodes / Σ drafts (1 for chains, more for trees).
+--
+-- The sums are exact, so every run gives the same fit (a DOUBLE sum depends on
+-- the order parallel threads add the steps in). X and B are integers and T is
+-- summed as DECIMAL (exact_ms), so sums about origins near the means, x0 =
+-- round(mean_x), b0 = round(mean_b), y0 = mean_y to the ns, are integer sums,
+-- exact in any order. The sums about the means follow once per bucket, in
+-- DOUBLE, by the shift formulas: u = X − x0 has mean du = mean_x − x0, and
+-- Σ (u − du)² = Σ u² − n·du², and so on. |du|, |db| ≤ 1/2: the shift costs
+-- next to no precision.
 with means as (
     select
         deployment_id,
@@ -17,12 +26,15 @@ with means as (
         count(*) as n_steps,
         avg(tokens_verified) as mean_x,
         avg(batch_size) as mean_b,
-        avg(duration_ms) as mean_y
+        avg(exact_ms(duration_ms)) as mean_y,
+        cast(round(avg(tokens_verified)) as hugeint) as x0,
+        cast(round(avg(batch_size)) as hugeint) as b0,
+        exact_ms(avg(exact_ms(duration_ms))) as y0
     from cost_steps
     group by deployment_id, batch_bucket
 ),
 
-centered as (
+shifted as (
     select
         s.deployment_id,
         s.batch_bucket,
@@ -32,14 +44,14 @@ centered as (
         s.num_draft_tokens,
         s.num_verified_nodes,
         s.gamma,
-        s.tokens_verified - m.mean_x as x,
-        s.batch_size - m.mean_b as b,
-        s.duration_ms - m.mean_y as y
+        s.tokens_verified - m.x0 as x,
+        s.batch_size - m.b0 as b,
+        exact_ms(s.duration_ms) - m.y0 as y
     from cost_steps as s
     join means as m on m.deployment_id = s.deployment_id and m.batch_bucket = s.batch_bucket
 ),
 
-sums as (
+raw_sums as (
     select
         deployment_id,
         batch_bucket,
@@ -54,18 +66,46 @@ sums as (
         max(batch_size) as max_batch_size,
         sum(num_rounds * batch_size) / sum(num_rounds) as round_mean_batch_size,
         sum(num_verified_nodes) / nullif(sum(num_draft_tokens), 0) as nodes_per_draft,
-        sum(x * x) as sxx,
-        sum(x * b) as sxb,
-        sum(b * b) as sbb,
-        sum(x * x * x) as sxxx,
-        sum(x * x * x * x) as sxxxx,
-        sum(x * x * b) as sxxb,
-        sum(y * y) as syy,
-        sum(x * y) as sxy,
-        sum(b * y) as sby,
-        sum(x * x * y) as sxxy
-    from centered
+        -- exact: HUGEINT and DECIMAL sums
+        cast(sum(x * x) as double) as uu,
+        cast(sum(x * b) as double) as ub,
+        cast(sum(b * b) as double) as bb,
+        cast(sum(x * x * x) as double) as uuu,
+        cast(sum(x * x * x * x) as double) as uuuu,
+        cast(sum(x * x * b) as double) as uub,
+        cast(sum(y * y) as double) as yy,
+        cast(sum(x * y) as double) as uy,
+        cast(sum(b * y) as double) as by_,
+        cast(sum(x * x * y) as double) as uuy
+    from shifted
     group by deployment_id, batch_bucket
+),
+
+sums as (
+    -- the shift formulas, with du, db, dy the means of the shifted u, b, y
+    select
+        r.*,
+        r.uu - n * du * du as sxx,
+        r.ub - n * du * db as sxb,
+        r.bb - n * db * db as sbb,
+        r.uuu - 3 * du * r.uu + 2 * n * du * du * du as sxxx,
+        r.uuuu - 4 * du * r.uuu + 6 * du * du * r.uu - 3 * n * du * du * du * du as sxxxx,
+        r.uub - db * r.uu - 2 * du * r.ub + 2 * n * du * du * db as sxxb,
+        r.yy - n * dy * dy as syy,
+        r.uy - n * du * dy as sxy,
+        r.by_ - n * db * dy as sby,
+        r.uuy - dy * r.uu - 2 * du * r.uy + 2 * n * du * du * dy as sxxy
+    from raw_sums as r
+    join (
+        select
+            deployment_id,
+            batch_bucket,
+            cast(n_steps as double) as n,
+            mean_x - cast(x0 as double) as du,
+            mean_b - cast(b0 as double) as db,
+            mean_y - cast(y0 as double) as dy
+        from means
+    ) as d on d.deployment_id = r.deployment_id and d.batch_bucket = r.batch_bucket
 )
 
 select

@@ -5,7 +5,8 @@
 -- round_ms is the mean round time as docs/metrics.md counts it: Σ over the rounds of
 -- their step's duration / rounds, so a step weighs as many rounds as it holds.
 -- step_ms is the plain mean over steps. The mean_tokens_verified* columns are step
--- means, for the fit's residual at this γ.
+-- means, for the fit's residual at this γ. Times are summed as exact DECIMAL
+-- (exact_ms), so every run gives the same means.
 select
     deployment_id,
     batch_bucket,
@@ -13,10 +14,10 @@ select
     gamma,
     count(*) as steps,
     sum(num_rounds) as num_rounds,
-    sum(num_rounds * duration_ms) / sum(num_rounds) as round_ms,
-    avg(duration_ms) as step_ms,
-    avg(draft_ms) as draft_ms,
-    avg(verify_ms) as verify_ms,
+    sum(num_rounds * exact_ms(duration_ms)) / sum(num_rounds) as round_ms,
+    avg(exact_ms(duration_ms)) as step_ms,
+    avg(exact_ms(draft_ms)) as draft_ms,
+    avg(exact_ms(verify_ms)) as verify_ms,
     avg(batch_size) as mean_batch_size,
     min(batch_size) as min_batch_size,
     max(batch_size) as max_batch_size,

@@ -22,7 +22,8 @@ request_totals as (
         count(matches_reference) as matches_checked,
         count(*) filter (where matches_reference) as matches_true,
         count(quality_score) as quality_n,
-        avg(quality_score) as quality_mean
+        -- a DOUBLE mean, added in request order so that every run adds it alike
+        avg(quality_score order by request_uid) as quality_mean
     from requests
     group by deployment_id
 ),

@@ -40,7 +40,8 @@ own as (
 covered as (
     select
         d.deployment_id,
-        sum(t.t0_ms * d.num_committed_tokens) as reference_time_ms,
+        -- a DOUBLE sum, added in bucket order so that every run adds it alike
+        sum(t.t0_ms * d.num_committed_tokens order by d.batch_bucket) as reference_time_ms,
         sum(d.time_ms) as time_ms,
         sum(d.num_committed_tokens) as committed,
         count(*) as shared_buckets
@@ -59,7 +60,8 @@ quality_column as (
 quality as (
     select
         deployment_id,
-        avg(quality_score) as mean_quality,
+        -- a DOUBLE mean, added in request order so that every run adds it alike
+        avg(quality_score order by request_uid) as mean_quality,
         count(quality_score) as quality_requests
     from requests
     group by deployment_id

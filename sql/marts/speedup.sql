@@ -7,7 +7,8 @@
 with covered as (
     select
         d.deployment_id,
-        sum(t.t0_ms * d.num_committed_tokens) as baseline_time_ms,
+        -- a DOUBLE sum, added in bucket order so that every run adds it alike
+        sum(t.t0_ms * d.num_committed_tokens order by d.batch_bucket) as baseline_time_ms,
         sum(d.time_ms) as time_ms,
         sum(d.num_committed_tokens) as committed
     from decode_totals as d

@@ -7,6 +7,7 @@ with cells as (
     select
         d.deployment_id,
         d.context_bucket,
+        d.batch_bucket,
         d.num_rounds,
         d.num_spec_rounds,
         d.num_accepted_tokens,
@@ -35,7 +36,8 @@ buckets as (
         sum(num_committed_tokens) as num_committed_tokens,
         sum(time_ms) as time_ms,
         -- only cells with a t0 count toward the speedup
-        sum(t0_ms * num_committed_tokens) as baseline_time_ms,
+        -- a DOUBLE sum, added in bucket order so that every run adds it alike
+        sum(t0_ms * num_committed_tokens order by batch_bucket) as baseline_time_ms,
         sum(num_committed_tokens) filter (where t0_ms is not null) as covered_committed,
         sum(time_ms) filter (where t0_ms is not null) as covered_time_ms
     from cells
