@@ -22,6 +22,7 @@ import duckdb
 from .errors import EnvironmentProblem, InputProblem
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_rounds, load_traces,
                           read_summary)
+from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
 from .analysis.views import DEFAULT_REPEAT_N, create_views
 
 DEFAULT_MEMORY_LIMIT = "3GB"
@@ -217,14 +218,21 @@ def gates_failed(doc: dict) -> bool:
     return any_failed(doc.get("gates", []))
 
 
-def render_report(doc: dict, fmt: str) -> str:
+def to_json(doc) -> str:
+    """A document as the JSON every command writes: NaN and ±inf as null, UTF-8, indented."""
     import json
 
-    from .render import markdown, tables
+    from .render import tables
+
+    return json.dumps(tables.finite(doc), default=tables.json_default, allow_nan=False,
+                      ensure_ascii=False, indent=2) + "\n"
+
+
+def render_report(doc: dict, fmt: str) -> str:
+    from .render import markdown
 
     if fmt == "json":
-        return json.dumps(tables.finite(doc), default=tables.json_default, allow_nan=False,
-                          ensure_ascii=False, indent=2) + "\n"
+        return to_json(doc)
     if fmt == "md":
         return markdown.render(doc)
     if fmt == "html":
@@ -232,3 +240,74 @@ def render_report(doc: dict, fmt: str) -> str:
 
         return html.render(doc)
     raise ValueError(f"unknown report format {fmt!r}")
+
+
+def validation_text(ws_or_summary) -> str:
+    """What ``specan validate`` and ``specan load`` print: rows per table, rejected rows, notes."""
+    from .render import text
+
+    if isinstance(ws_or_summary, Workspace):
+        return text.validation_summary(ws_or_summary.summary, text.rejected_examples(ws_or_summary.con))
+    return text.validation_summary(ws_or_summary)
+
+
+def render_rows(columns: list[str], rows: list[tuple], fmt: str) -> str:
+    """Query results as an aligned table, CSV or JSON (``specan sql``)."""
+    from .render import tables
+
+    return {"table": tables.aligned, "csv": tables.to_csv, "json": tables.to_json}[fmt](columns, rows)
+
+
+def recommend(ws: Workspace, deployment_id: str) -> dict:
+    """``specan recommend``: the speculation length per batch-size range of one deployment."""
+    from .analysis.tuning import recommend as run
+
+    return run(ws.con, deployment_id)
+
+
+def render_recommend(result: dict, fmt: str) -> str:
+    from .render.recommend import render_recommend_markdown
+
+    return to_json(result) if fmt == "json" else render_recommend_markdown(result)
+
+
+def replay_ngram(ws: Workspace, variants: list[str], *, progress: Progress | None = None, **options) -> list[dict]:
+    """``specan replay-ngram``: one replay per variant. Wall-clock timing is printed on
+    stderr and left out of the results, so the document is the same run to run."""
+    from .analysis.replay import replay_ngram as run
+    from .render.replay import move_timing_to_stderr
+
+    return move_timing_to_stderr([run(ws.con, variant=v, progress=progress, **options) for v in variants])
+
+
+def render_replay(results: list[dict], fmt: str) -> str:
+    from .render.replay import render_markdown
+
+    return to_json({"replays": results}) if fmt == "json" else render_markdown(results)
+
+
+def simulate(outdir: str | Path, *, rounds: int | None = None, progress: Progress | None = None,
+             **options) -> dict[str, int]:
+    """Write synthetic traces: the documented generative model, or with ``rounds`` the fast path."""
+    if rounds is not None:
+        from .simulate.fast import simulate_fast
+
+        return simulate_fast(Path(outdir), rounds, progress=progress)
+    from .simulate.traces import simulate as run
+
+    return run(Path(outdir), progress=progress, **options)
+
+
+def trace_format_markdown() -> str:
+    """The trace format, generated from schemas/*.json (``specan schema``)."""
+    from .ingest.schema import format_table_markdown
+
+    return format_table_markdown()
+
+
+def import_traces(source: str, files, out, deployments: list[str], **options):
+    """``specan import``: engine output → trace tables under ``out``."""
+    from .ingest.importers import run_import
+
+    return run_import(source, files, out, deployments, **options)
+

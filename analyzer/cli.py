@@ -17,9 +17,8 @@ import click
 import duckdb
 
 from . import api
-from .analysis.config import load_config
+from .nightly import run_nightly as nightly_run
 from .errors import EnvironmentProblem, InputProblem, SpecanError
-from .render import tables, text
 
 
 class Failure(click.ClickException):
@@ -178,7 +177,7 @@ def validate(traces: Path, strict: bool, memory_limit: str, temp_dir: Path | Non
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=_progress(progress), views=False,
                          temp_dir=temp_dir)
     try:
-        click.echo(text.validation_summary(ws.summary, text.rejected_examples(ws.con)), nl=False)
+        click.echo(api.validation_text(ws), nl=False)
     finally:
         ws.close()
     if strict and ws.summary.rejected_total:
@@ -209,7 +208,7 @@ def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None
         specan report traces/ --config gates.toml --check
     """
     show = _progress(progress)
-    config = load_config(config_path)
+    config = api.load_config(config_path)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir)
     try:
         doc = api.report_document(ws, config=config, progress=show)
@@ -240,10 +239,8 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
     Example (cron, every night at 02:00 for yesterday):
         0 2 * * * specan nightly /data/traces --date $(date -d yesterday +\\%F) --out /srv/specan
     """
-    from .nightly import run_nightly
-
-    config = load_config(config_path)
-    result = run_nightly(traces, date, out, config=config, memory_limit=memory_limit, temp_dir=temp_dir,
+    config = api.load_config(config_path)
+    result = nightly_run(traces, date, out, config=config, memory_limit=memory_limit, temp_dir=temp_dir,
                          progress=_progress(progress))
     click.echo(f"wrote {result.out_dir}/report.md, report.json, report.html and {out / 'history.parquet'}")
     for r in result.regressions:
@@ -284,7 +281,7 @@ def load(traces: Path, db: Path, repeat_n: int, memory_limit: str, temp_dir: Pat
     """
     summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress),
                                  repeat_n=repeat_n, temp_dir=temp_dir)
-    click.echo(text.validation_summary(summary), nl=False)
+    click.echo(api.validation_text(summary), nl=False)
     click.echo(f"wrote {db}")
 
 
@@ -319,8 +316,7 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, memory_limit: str, tem
         raise InputProblem(f"query failed: {_one_line(exc)}") from None   # the query is the user's input
     finally:
         ws.close()
-    render = {"table": tables.aligned, "csv": tables.to_csv, "json": tables.to_json}[fmt]
-    click.echo(render(columns, rows), nl=False)
+    click.echo(api.render_rows(columns, rows, fmt), nl=False)
 
 
 @main.command()
@@ -345,20 +341,11 @@ def simulate(outdir: Path, seed: int, requests: int | None, days: int | None, ro
         specan simulate /tmp/traces --seed 1 --days 2
         specan simulate /tmp/big --rounds 10000000 --no-tokens
     """
-    if rounds is not None or no_tokens:
-        if rounds is None or not no_tokens:
-            raise click.UsageError("the fast path needs both --rounds N and --no-tokens")
-        from .simulate.fast import simulate_fast
-
-        counts = simulate_fast(outdir, rounds, progress=_progress(progress))
-        for table, n in counts.items():
-            click.echo(f"{table:<12} {n:>9} rows")
-        click.echo(f"wrote {outdir}")
-        return
-    from .simulate.traces import simulate as run_simulation
-
+    if (rounds is None) != (not no_tokens):
+        raise click.UsageError("the fast path needs both --rounds N and --no-tokens")
     options = {k: v for k, v in {"requests": requests, "days": days}.items() if v is not None}
-    counts = run_simulation(outdir, seed=seed, progress=_progress(progress), **options)
+    counts = (api.simulate(outdir, rounds=rounds, progress=_progress(progress)) if rounds is not None else
+              api.simulate(outdir, seed=seed, progress=_progress(progress), **options))
     for table, n in counts.items():
         click.echo(f"{table:<12} {n:>9} rows")
     click.echo(f"wrote {outdir}")
@@ -374,9 +361,7 @@ def schema() -> None:
     Example:
         specan schema > TRACE_FORMAT.md
     """
-    from .ingest.schema import format_table_markdown
-
-    click.echo(format_table_markdown(), nl=False)
+    click.echo(api.trace_format_markdown(), nl=False)
 
 
 @main.command("replay-ngram")
@@ -406,25 +391,15 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
         specan replay-ngram sample_traces/
         specan replay-ngram sample_traces/ --variant suffix --k 8 --format json
     """
-    import json
-
-    from .analysis.replay import replay_ngram as run_replay
-    from .render.replay import move_timing_to_stderr, render_markdown
-
     show = _progress(progress)
     variants = ["prompt_lookup", "suffix"] if variant == "both" else [variant.replace("-", "_")]
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir)
     try:
-        results = [run_replay(ws.con, min_n=min_n, max_n=max_n, k=k, category=category, variant=v,
-                              progress=show) for v in variants]
+        results = api.replay_ngram(ws, variants, min_n=min_n, max_n=max_n, k=k, category=category,
+                                   progress=show)
     finally:
         ws.close()
-    results = move_timing_to_stderr(results)       # wall-clock time is not part of the document
-    if fmt == "json":
-        click.echo(json.dumps(tables.finite({"replays": results}), default=tables.json_default,
-                              allow_nan=False, ensure_ascii=False, indent=2))
-    else:
-        click.echo(render_markdown(results), nl=False)
+    click.echo(api.render_replay(results, fmt), nl=False)
 
 
 @main.command()
@@ -447,24 +422,15 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, tem
         specan recommend sample_traces/ --deployment eagle-dyn-bf16
         specan recommend sample_traces/ --deployment eagle-bf16 --format json
     """
-    import json
-
-    from .analysis.tuning import recommend as run_recommend
-    from .render.recommend import render_recommend_markdown
-
     show = _progress(progress)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir)
     try:
         if show.enabled:
             show(f"fitting round costs of {deployment_id}")
-        result = run_recommend(ws.con, deployment_id)
+        result = api.recommend(ws, deployment_id)
     finally:
         ws.close()
-    if fmt == "json":
-        click.echo(json.dumps(tables.finite(result), default=tables.json_default, allow_nan=False,
-                              ensure_ascii=False, indent=2))
-    else:
-        click.echo(render_recommend_markdown(result), nl=False)
+    click.echo(api.render_recommend(result, fmt), nl=False)
 
 
 @main.command("import")
@@ -504,8 +470,6 @@ def import_traces(source: str, files: tuple[Path, ...], deployment: tuple[str, .
         specan import vllm-log vllm.log --deployment eagle3-a --year 2026 --out traces/
         specan import prometheus range.json --deployment model_name=llama:eagle-a --out traces/
     """
-    from .ingest.importers import run_import
-
-    summary = run_import(source, files, out, list(deployment), model=model, method=method,
+    summary = api.import_traces(source, files, out, list(deployment), model=model, method=method,
                          num_speculative_tokens=num_speculative_tokens, year=year)
     click.echo("\n".join(summary.lines()))

@@ -83,3 +83,10 @@ def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PACKAGE", fake)
     assert violations() == ["analyzer.analysis.gates imports analyzer.render.markdown",
                             "analyzer.analysis.gates imports analyzer.render.markdown.table"]
+
+
+def test_the_cli_is_a_thin_layer_over_the_api():
+    # click parsing and exit statuses only: everything it runs comes through analyzer.api
+    # (and analyzer.nightly, the scheduled run built on it)
+    reached = {m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in imports(PACKAGE / "cli.py")}
+    assert reached <= {"analyzer.api", "analyzer.nightly", "analyzer.errors"}, reached
