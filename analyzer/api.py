@@ -80,6 +80,12 @@ def connect(database: str | Path = ":memory:", *, memory_limit: str = DEFAULT_ME
         raise EnvironmentProblem(f"cannot open database {database}: {str(exc).splitlines()[0]}") from None
     con.execute("set TimeZone = 'UTC'")
     con.execute(f"set memory_limit = '{limit}'")       # checked: digits and a unit only
+    threads = os.environ.get("SPECAN_THREADS", "").strip()
+    if threads:
+        if not threads.isdigit() or int(threads) < 1:
+            con.close()
+            raise InputProblem(f"SPECAN_THREADS={threads!r} is not a positive whole number")
+        con.execute(f"set threads = {int(threads)}")
     if spill_dir is not None:
         con.execute(f"set temp_directory = {_quoted(spill_dir)}")
     return con

@@ -7,12 +7,19 @@ rendered from that one document, the same way `specan report` does it
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
 
 from analyzer import api
 from analyzer.analysis.config import load_config
+
+# pytest-xdist runs one worker per core; a DuckDB thread per worker keeps them from
+# contending (SPECAN_THREADS, docs/commands.md). Results do not depend on it: every
+# sum is exact or ordered, and the concurrency tests run their own processes.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("SPECAN_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces"

@@ -122,7 +122,7 @@ def test_per_bucket_condition_and_ledger(tmp_path):
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(gamma=st.integers(1, 6), data=st.data())
 def test_tail_sum_identity_for_any_fixed_gamma_histogram(tmp_path_factory, gamma, data):
     """1 + Σ survival_i = mean_accept_length whenever every round drafts the same γ."""

@@ -79,7 +79,7 @@ def brute_force(prompt, output, n):
     return eligible, repeats, copies
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(prompt=st.lists(st.integers(0, 3), max_size=12), output=st.lists(st.integers(0, 3), max_size=12),
        n=st.integers(1, 4))
 def test_matches_the_definition_on_random_sequences(tmp_path_factory, prompt, output, n):

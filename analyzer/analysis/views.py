@@ -126,7 +126,7 @@ def layer_violations(views: dict[str, View]) -> list[str]:
 
 
 def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N,
-                  sql_dir: Path | None = None) -> None:
+                  sql_dir: Path | None = None, temporary: bool = False) -> None:
     """Macros the views call, and the bucket seed. They are stored in the database,
     so plain duckdb has them too.
 
@@ -137,12 +137,13 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
     if not 1 <= repeat_n <= 32:
         raise InputProblem(f"repeat n must be between 1 and 32, got {repeat_n}")
     parts = ", ".join(f"s[i - {j}]" for j in range(repeat_n, 0, -1))
-    con.execute(f"create or replace macro repeat_n() as {repeat_n}")
-    con.execute(f"create or replace macro ngram_hash(s, i) as hash({parts}, s[i])")
-    con.execute(buckets.macros_sql())
+    create = "create or replace temp" if temporary else "create or replace"
+    con.execute(f"{create} macro repeat_n() as {repeat_n}")
+    con.execute(f"{create} macro ngram_hash(s, i) as hash({parts}, s[i])")
+    con.execute(buckets.macros_sql().replace("create or replace ", create + " "))
     macros = (sql_dir or resource_dir("sql")) / "macros.sql"
     if macros.is_file():
-        con.execute(macros.read_text(encoding="utf-8"))
+        con.execute(macros.read_text(encoding="utf-8").replace("create or replace macro", f"{create} macro"))
 
 
 def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
@@ -150,13 +151,17 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
     """Create the macros and every view; returns the view names in creation order.
 
     ``progress`` is told about each materialised table: those are the long steps.
+    With ``temporary`` every object is a temporary one: a scratch workspace needs
+    none of them on disk, and each persistent DDL statement costs a write-ahead-log
+    write (about half of opening a small trace).
     """
-    create_macros(con, repeat_n, sql_dir)
+    create_macros(con, repeat_n, sql_dir, temporary)
     views = discover_views(sql_dir)
     order = dependency_order(views)
     for name in order:
         view = views[name]
-        kind = ("temp table" if temporary else "table") if view.materialized else "view"
+        kind = ("table" if view.materialized else "view") if not temporary else (
+            "temp table" if view.materialized else "temp view")
         if view.materialized and progress:
             progress(f"computing {name}")
         try:
