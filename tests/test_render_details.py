@@ -180,7 +180,7 @@ def test_table_cells_are_escaped():
     assert text == ("| name\\|x | value |\n"
                     "|---|---|\n"
                     "| a\\|b | x y |\n"
-                    "| &lt;b&gt; | – |\n"
+                    "| &lt;b> | – |\n"
                     "| R&amp;D | line break |\n")
     assert text.count("\n") == 5
 

@@ -50,9 +50,10 @@ def shown_ratio(value: float) -> tuple[str, str]:
 
 
 def cell(value: Any) -> str:
-    """A Markdown table cell: ``|`` escaped, line breaks as spaces, and ``&``, ``<``, ``>``
-    as entities, so a value can neither end its cell nor its row, nor pass through as HTML."""
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """A Markdown table cell: ``|`` escaped, line breaks as spaces, and ``&`` and ``<`` as
+    entities, so a value can neither end its cell nor its row, nor open an HTML tag
+    (``>`` alone cannot, and stays readable: the temperature bucket ">1")."""
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;")
     return " ".join(text.replace("|", "\\|").splitlines())
 
 
