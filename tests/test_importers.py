@@ -429,40 +429,61 @@ def vlog(tmp_path):
 def test_vllm_log_intervals(vlog):
     out, _ = vlog
     got = rows(out, "intervals")
+    series = "(APIServer pid=1) Engine 000"
+    mean = "1 + accepted / drafts, as vLLM prints it (2 decimals)"
+    none = {"running_requests": None, "waiting_requests": None, "generation_tokens_per_s": None,
+            "kv_cache_usage": None}
     assert got == [
         # 07:49:11, the file's first line: no start. Accepted 124, mean 2.55:
-        # num_drafts = round(124 / 1.55) = 80; per position round(0.8·80, 0.5·80, 0.25·80) = 64, 40, 20
-        {"deployment_id": "eagle-a", "start_time": None, "end_time": t("2026-05-30T07:49:11"),
+        # num_drafts = round(124 / 1.55) = 80; per position round(0.8·80, 0.5·80, 0.25·80) = 64, 40, 20.
+        # The Engine 000 line just before it: Running 4, Waiting 0, 88.1 tokens/s, KV 3.1 %
+        {"deployment_id": "eagle-a", "series": series, "start_time": None, "end_time": t("2026-05-30T07:49:11"),
          "num_drafts": 80, "num_draft_tokens": 240, "num_accepted_tokens": 124,
-         "accepted_per_position": [64, 40, 20], "source": "vllm_log"},
+         "accepted_per_position": [64, 40, 20], "source": "vllm_log",
+         "running_requests": 4, "waiting_requests": 0, "generation_tokens_per_s": 88.1,
+         "kv_cache_usage": pytest.approx(0.031), "reported_accept_length": 2.55,
+         "reported_accept_length_definition": mean},
         # 97 / 1.39 = 69.78 → 70; 0.714·70 = 49.98 → 50, 0.443·70 = 31.01 → 31, 0.229·70 = 16.03 → 16
-        {"deployment_id": "eagle-a", "start_time": t("2026-05-30T07:49:11"), "end_time": t("2026-05-30T07:49:21"),
+        {"deployment_id": "eagle-a", "series": series, "start_time": t("2026-05-30T07:49:11"),
+         "end_time": t("2026-05-30T07:49:21"),
          "num_drafts": 70, "num_draft_tokens": 210, "num_accepted_tokens": 97,
-         "accepted_per_position": [50, 31, 16], "source": "vllm_log"},
+         "accepted_per_position": [50, 31, 16], "source": "vllm_log",
+         "running_requests": 3, "waiting_requests": 0, "generation_tokens_per_s": 71.5,
+         "kv_cache_usage": pytest.approx(0.027), "reported_accept_length": 2.39,
+         "reported_accept_length_definition": mean},
         # 101 / 0.50 = 202 (the engine had 203: the mean 1.4975 was printed as 1.50, hence "approximate");
-        # 0.345·202 = 69.69 → 70, 0.123·202 = 24.85 → 25, 0.030·202 = 6.06 → 6
-        {"deployment_id": "eagle-a", "start_time": t("2026-05-30T07:49:21"), "end_time": t("2026-05-30T07:49:31"),
+        # 0.345·202 = 69.69 → 70, 0.123·202 = 24.85 → 25, 0.030·202 = 6.06 → 6. No load line before it.
+        {"deployment_id": "eagle-a", "series": series, "start_time": t("2026-05-30T07:49:21"),
+         "end_time": t("2026-05-30T07:49:31"),
          "num_drafts": 202, "num_draft_tokens": 609, "num_accepted_tokens": 101,
-         "accepted_per_position": [70, 25, 6], "source": "vllm_log"},
+         "accepted_per_position": [70, 25, 6], "source": "vllm_log", **none,
+         "reported_accept_length": 1.50, "reported_accept_length_definition": mean},
         # mean 1.00: mean − 1 = 0, num_drafts unknown. It starts at 07:49:36, the metrics line that did
         # not parse (vLLM reset its counters when it printed that line)
-        {"deployment_id": "eagle-a", "start_time": t("2026-05-30T07:49:36"), "end_time": t("2026-05-30T07:49:41"),
+        {"deployment_id": "eagle-a", "series": series, "start_time": t("2026-05-30T07:49:36"),
+         "end_time": t("2026-05-30T07:49:41"),
          "num_drafts": None, "num_draft_tokens": 30, "num_accepted_tokens": 0,
-         "accepted_per_position": None, "source": "vllm_log"},
+         "accepted_per_position": None, "source": "vllm_log", **none,
+         "reported_accept_length": 1.00, "reported_accept_length_definition": mean},
     ]
 
 
 def test_vllm_log_skipped_lines_and_notes(vlog):
     out, stdout = vlog
-    # 14 lines: 4 intervals, 1 metrics line cut short, 1 metrics line without a prefix, 8 other lines
-    assert "        8  not a SpecDecoding metrics line" in stdout
-    assert "        1  SpecDecoding metrics line that does not parse" in stdout
-    assert "        1  SpecDecoding metrics line without a date and time" in stdout
+    # 14 lines: 4 intervals, 1 metrics line cut short, 1 metrics line without a prefix,
+    # 3 load lines (kept with the next interval), 5 other lines
+    assert "        5  not a speculative-decoding metrics line" in stdout
+    assert "        1  metrics line that does not parse" in stdout
+    assert "        1  metrics line without a date and time" in stdout
     kept = notes(out)
     assert any(n.startswith("num_drafts is approximate on 3 intervals") for n in kept)
     assert any(n.startswith("num_drafts unknown on 1 interval") for n in kept)
+    fixture = FIXTURES / "vllm.log"
+    assert f"1 line skipped (metrics line that does not parse), first at {fixture}:11" in kept
+    assert f"1 line skipped (metrics line without a date and time), first at {fixture}:12" in kept
+    assert "layouts read: newest (4)" in kept
     # other engine lines are expected: counted and printed, not persisted as a note
-    assert not any("not a SpecDecoding metrics line" in n for n in kept)
+    assert not any("not a speculative-decoding metrics line" in n for n in kept)
     assert rows(out, "deployments") == [{"deployment_id": "eagle-a", "model": "unknown", "method": "unknown",
                                          "num_speculative_tokens": 3}]   # three per-position rates
 
@@ -488,7 +509,8 @@ def test_vllm_log_parser_anchors_on_avg_draft_acceptance_rate():
     text = ("SpecDecoding metrics: Mean acceptance length: 3.10, Accepted throughput: 21.00 tokens/s, "
             "Drafted throughput: 40.00 tokens/s, Accepted: 210 tokens, Drafted: 400 tokens, "
             "Per-position acceptance rate: 0.900, 0.700, 0.500, Avg Draft acceptance rate: 52.5%")
-    assert parse_metrics(text) == {"mean": 3.10, "accepted": 210, "drafted": 400, "rates": [0.9, 0.7, 0.5]}
+    assert parse_metrics(text) == {"layout": "newest", "cumulative": False, "accepted": 210, "drafted": 400,
+                                   "emitted": None, "k": None, "mean": 3.10, "rates": [0.9, 0.7, 0.5]}
     assert num_drafts_from(210, 3.10) == 100            # 210 / 2.10
     assert num_drafts_from(0, 1.00) is None
 
@@ -636,13 +658,18 @@ def test_file_names_and_no_leftovers(vllm):
 
 def test_intervals_schema_declaration():
     doc = json.loads((SCHEMAS / "intervals.json").read_text())
-    assert doc["key"] == ["deployment_id", "end_time"]
+    assert doc["key"] == ["deployment_id", "series", "end_time"]
     assert doc["required"] is False
     types = {c["name"]: (c["type"], c["required"]) for c in doc["columns"]}
-    assert types == {"deployment_id": ("VARCHAR", True), "start_time": ("TIMESTAMP", False),
+    assert types == {"deployment_id": ("VARCHAR", True), "series": ("VARCHAR", False),
+                     "start_time": ("TIMESTAMP", False),
                      "end_time": ("TIMESTAMP", True), "num_drafts": ("BIGINT", False),
                      "num_draft_tokens": ("BIGINT", True), "num_accepted_tokens": ("BIGINT", True),
-                     "accepted_per_position": ("BIGINT[]", False), "source": ("VARCHAR", True)}
+                     "accepted_per_position": ("BIGINT[]", False), "source": ("VARCHAR", True),
+                     "running_requests": ("BIGINT", False), "waiting_requests": ("BIGINT", False),
+                     "generation_tokens_per_s": ("DOUBLE", False), "kv_cache_usage": ("DOUBLE", False),
+                     "reported_accept_length": ("DOUBLE", False),
+                     "reported_accept_length_definition": ("VARCHAR", False)}
     assert [r["reason"] for r in doc["rules"]] == ["time_order"]
 
 

@@ -212,6 +212,7 @@ def import_prometheus(files: Sequence[str | Path], out: str | Path, deployment: 
         for end in sorted(rows):
             row = rows[end]
             cols["deployment_id"].append(dep)
+            cols["series"].append(None)          # label groups are summed into one series per deployment
             cols["start_time"].append(row["start"])
             cols["end_time"].append(end)
             cols["num_drafts"].append(row["num_drafts"])
@@ -237,7 +238,7 @@ def import_prometheus(files: Sequence[str | Path], out: str | Path, deployment: 
         if not by_deployment.get(dep):
             summary.note("no spec_decode series for this deployment", dep)
         writer.merge_deployment(row, summary)
-    writer.add("intervals", cols, times=cols["end_time"])
+    writer.add("intervals", cols, times=cols["end_time"], drop_empty_optional=("series",))
     default = mapping.ids[0] if len(mapping.ids) == 1 else None
     return finish(writer, summary, default)
 

@@ -1,16 +1,43 @@
-"""`specan import vllm-log`: vLLM's periodic SpecDecoding log line → intervals.
+"""`specan import vllm-log`: vLLM's periodic speculative-decoding log line → intervals.
 
-The line, after a prefix such as ``(APIServer pid=1) INFO 05-30 07:49:21 [metrics.py:101] ``::
+vLLM has printed this line in six layouts since 2024 (docs/importers.md has the
+table, tests/fixtures/vllm_logs/ real samples of each). Every field is parsed
+where it is present, by its label, so a layout is a set of fields, not a regex:
 
-    SpecDecoding metrics: Mean acceptance length: 2.45, Accepted throughput: 12.30 tokens/s,
-    Drafted throughput: 25.00 tokens/s, Accepted: 123 tokens, Drafted: 250 tokens,
-    Per-position acceptance rate: 0.800, 0.550, 0.350, 0.200, Avg Draft acceptance rate: 49.2%
+1. V0 (0.5–0.7), counters **cumulative** since the engine started::
 
-The per-position rates use the fields' own separator, so the parser anchors on
-``Avg Draft acceptance rate``. The prefix has no year (``--year``) and no time
-zone (read as UTC). Each line counts what happened since the previous line
-(vLLM resets its counters after logging), so start_time is the previous line's
-end_time, and null for a file's first line.
+       Speculative metrics: Draft acceptance rate: 0.642, System efficiency: 0.598,
+       Number of speculative tokens: 3, Number of accepted tokens: N,
+       Number of draft tokens: N, Number of emitted tokens: N.
+
+   (0.5.x: ``Number of draft tokens tokens:``, ``Number of emitted tokens tokens:``.)
+   An interval is the difference of consecutive lines of one series; a decrease
+   is a restart. V0's "accepted" counts matching positions even after the first
+   rejection, so the accepted prefix is taken from emitted tokens: each step
+   emits its accepted prefix plus one token, and steps = draft tokens / k.
+2. V1, April 2025: ``Speculative metrics: Draft acceptance rate: 1.000,
+   Number of accepted tokens: 66, Number of draft tokens: 66,`` (per interval).
+3. V1 0.8: ``SpecDecoding metrics: Draft acceptance rate: 100.0%, Accepted: 66
+   tokens, Drafted: 66 tokens``: no mean length, so num_drafts is unknown.
+4. V1 0.9–0.10: adds ``Mean acceptance length: 2.16`` and ``Per-position
+   acceptance rate: 0.543, 0.357, 0.264``.
+5. V1 from 2025-09: adds ``Accepted throughput`` and ``Drafted throughput``.
+6. Newest: the mean length first, ``Avg Draft acceptance rate: X%`` last.
+
+From layout 2 on, vLLM resets its counters when it logs, so a line is one
+interval, from the previous line of the same series. With a mean acceptance
+length, num_drafts = round(accepted / (mean − 1)) is approximate (the mean has
+2 decimals) and says so in a note.
+
+A **series** is one engine: the line's process prefix (``(APIServer pid=1)``,
+a docker compose service name) and, with data parallelism, the ``Engine 00N``
+of the load line that precedes the spec line in that process. Intervals never
+chain across series. The load line (``Running: N reqs, Waiting: N reqs, GPU KV
+cache usage: X%``, V0 ``Pending:``) gives each interval its load.
+
+Times come from the vLLM prefix ``INFO MM-DD HH:MM:SS``, which has no year
+(``--year``) and no time zone (read as UTC); a leading ISO timestamp that a log
+shipper added is only used when the vLLM prefix is missing.
 """
 
 from __future__ import annotations
@@ -19,6 +46,7 @@ import datetime as dt
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .common import (ImportInputError, ImportSummary, Overrides, TraceWriter, datetime_us, deployment_row,
@@ -27,50 +55,157 @@ from .common import (ImportInputError, ImportSummary, Overrides, TraceWriter, da
 SOURCE = "vllm-log"
 INTERVAL_SOURCE = "vllm_log"
 
-OTHER_LINE = "not a SpecDecoding metrics line"
+OTHER_LINE = "not a speculative-decoding metrics line"
+NOT_PARSED = "metrics line that does not parse"
+NO_TIME = "metrics line without a date and time"
+BAD_DATE = "metrics line with an impossible date"
+FIRST_CUMULATIVE = "first V0 line of a series (cumulative counters since the engine started: the baseline)"
+
+LAYOUTS = ("V0 `Speculative metrics: … Number of emitted tokens` (0.5–0.7, cumulative)",
+           "V1 `Speculative metrics: Draft acceptance rate, Number of accepted/draft tokens` (2025-04)",
+           "`SpecDecoding metrics: Draft acceptance rate: X%, Accepted: N tokens, Drafted: N tokens` (0.8)",
+           "… with `Mean acceptance length` and `Per-position acceptance rate` (0.9–0.10)",
+           "… with `Accepted throughput` / `Drafted throughput` (2025-09)",
+           "`SpecDecoding metrics: Mean acceptance length …, Avg Draft acceptance rate: X%` (newest)")
+
+INTERVAL_COLUMNS = ("deployment_id", "series", "start_time", "end_time", "num_drafts", "num_draft_tokens",
+                    "num_accepted_tokens", "accepted_per_position", "source")
+LOAD_COLUMNS = ("running_requests", "waiting_requests", "generation_tokens_per_s", "kv_cache_usage",
+                "reported_accept_length", "reported_accept_length_definition")
+
+MEAN_DEFINITION = "1 + accepted / drafts, as vLLM prints it (2 decimals)"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PREFIX_TIME = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-                          r"(\d{2})-(\d{2})\s+(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
-_METRICS = re.compile(
-    r"SpecDecoding metrics: "
-    r"Mean acceptance length: (?P<mean>[^,\s]+), "
-    r"Accepted throughput: [^,\s]+ tokens/s, "
-    r"Drafted throughput: [^,\s]+ tokens/s, "
-    r"Accepted: (?P<accepted>\d+) tokens, "
-    r"Drafted: (?P<drafted>\d+) tokens, "
-    r"Per-position acceptance rate: (?P<rates>.*), "
-    r"Avg Draft acceptance rate: (?P<avg>[^%\s]+)%")
-
-INTERVAL_COLUMNS = ("deployment_id", "start_time", "end_time", "num_drafts", "num_draft_tokens",
-                    "num_accepted_tokens", "accepted_per_position", "source")
+_LEVEL = re.compile(r"(?:^|[\s)\]|])(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
+                    r"(\d{2})-(\d{2})\s+(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
+_ISO = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\s*")
+_MARKER = re.compile(r"(SpecDecoding metrics|Speculative metrics):")
+_NUM = r"(nan|-?\d+(?:\.\d+)?)"
+_FIELDS = {
+    "avg_rate": re.compile(r"Avg Draft acceptance rate: " + _NUM + "%"),
+    "rate": re.compile(r"(?<!Avg )Draft acceptance rate: " + _NUM + r"(%?)"),
+    "efficiency": re.compile(r"System efficiency: " + _NUM),
+    "k": re.compile(r"Number of speculative tokens: (\d+)"),
+    "accepted_v0": re.compile(r"Number of accepted tokens: (\d+)"),
+    "drafted_v0": re.compile(r"Number of draft tokens(?: tokens)?: (\d+)"),
+    "emitted": re.compile(r"Number of emitted tokens(?: tokens)?: (\d+)"),
+    "mean": re.compile(r"Mean acceptance length: " + _NUM),
+    "accepted": re.compile(r"Accepted: (\d+) tokens"),
+    "drafted": re.compile(r"Drafted: (\d+) tokens"),
+    "rates": re.compile(r"Per-position acceptance rate: (" + _NUM + r"(?:, " + _NUM + r")*)"),
+}
+_ENGINE = re.compile(r"Engine (\d+):")
+_LOAD = {
+    "running_requests": re.compile(r"Running: (\d+) reqs"),
+    "waiting_requests": re.compile(r"(?:Waiting|Pending): (\d+) reqs"),
+    "generation_tokens_per_s": re.compile(r"Avg generation throughput: " + _NUM + " tokens/s"),
+    "kv_cache_usage": re.compile(r"GPU KV cache usage: " + _NUM + "%"),
+}
 
 
 def round_half_up(x: float) -> int:
     return int(math.floor(x + 0.5))
 
 
-def parse_metrics(text: str) -> dict | None:
-    """The numbers of one SpecDecoding metrics message, or None when it does not parse."""
-    m = _METRICS.search(text)
-    if m is None:
+def _float(text: str | None) -> float | None:
+    if text is None:
         return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def parse_metrics(text: str) -> dict | None:
+    """The fields of one metrics message (the text from its marker on), or None when it
+    carries no counts. Keys: layout, accepted, drafted, mean, rates, k, emitted."""
+    marker = _MARKER.search(text)
+    if marker is None:
+        return None
+    found = {name: pattern.search(text, marker.end()) for name, pattern in _FIELDS.items()}
+    get = lambda name: found[name].group(1) if found[name] else None  # noqa: E731
     try:
-        mean = float(m["mean"])
-        rates = [float(r) for r in m["rates"].split(", ")] if m["rates"].strip() else []
+        rates = ([float(r) for r in get("rates").split(", ")] if get("rates") else [])
+        mean = _float(get("mean"))
     except ValueError:
         return None
     if any(not math.isfinite(r) for r in rates):
+        rates = []
+    if marker.group(1) == "Speculative metrics":
+        if get("accepted_v0") is None or get("drafted_v0") is None:
+            return None
+        cumulative = get("emitted") is not None or get("efficiency") is not None or get("k") is not None
+        return {"layout": "v0" if cumulative else "v1-2025-04", "cumulative": cumulative,
+                "accepted": int(get("accepted_v0")), "drafted": int(get("drafted_v0")),
+                "emitted": int(get("emitted")) if get("emitted") else None,
+                "k": int(get("k")) if get("k") else None, "mean": None, "rates": []}
+    if get("accepted") is None or get("drafted") is None:
         return None
-    return {"mean": mean, "accepted": int(m["accepted"]), "drafted": int(m["drafted"]), "rates": rates}
+    layout = ("newest" if found["avg_rate"] else "2025-09" if "Accepted throughput" in text
+              else "0.9" if mean is not None or rates else "0.8")
+    return {"layout": layout, "cumulative": False, "accepted": int(get("accepted")), "drafted": int(get("drafted")),
+            "emitted": None, "k": None, "mean": mean, "rates": rates}
 
 
-def num_drafts_from(accepted: int, mean: float) -> int | None:
+def num_drafts_from(accepted: int, mean: float | None) -> int | None:
     """round(Accepted / (mean − 1)) when mean − 1 > 0: approximate, the mean has 2 decimals."""
-    if not math.isfinite(mean) or mean - 1 <= 0:
+    if mean is None or not math.isfinite(mean) or mean - 1 <= 0:
         return None
     n = round_half_up(accepted / (mean - 1))
     return n if n > 0 else None
+
+
+def parse_load(text: str) -> dict:
+    """Running and waiting requests, generation throughput and KV usage of a load line."""
+    load = {}
+    for name, pattern in _LOAD.items():
+        m = pattern.search(text)
+        if m:
+            load[name] = int(m.group(1)) if name.endswith("requests") else _float(m.group(1))
+    if load.get("kv_cache_usage") is not None:
+        load["kv_cache_usage"] /= 100
+    return load
+
+
+@dataclass
+class _Series:
+    """What one engine's lines leave for its next line."""
+    previous_end: int | None = None
+    previous_month: int | None = None
+    year: int = 0
+    cumulative: dict | None = None       # V0: the last line's counters
+    load: dict = field(default_factory=dict)
+
+
+def _series_key(prefix: str) -> str:
+    """The process prefix a line's logger wrote (its identity), without shipper timestamps or colours."""
+    key = _ISO.sub("", prefix).strip()
+    return re.sub(r"\s+", " ", key.rstrip("|").strip())
+
+
+def _stamp(line: str, before: int, series: _Series, default_year: int) -> tuple[int | None, str | None]:
+    """The time of a line (epoch µs) from vLLM's own prefix, else a shipper's ISO timestamp."""
+    m = _LEVEL.search(" " + line[:before])
+    if m is not None:
+        month = int(m[1])
+        if series.previous_month == 12 and month == 1:
+            series.year += 1
+        try:
+            when = dt.datetime(series.year or default_year, month, int(m[2]), int(m[3]), int(m[4]), int(m[5]),
+                               int((m[6] or "0").ljust(6, "0")), tzinfo=dt.timezone.utc)
+        except ValueError:
+            return None, BAD_DATE
+        series.previous_month = month
+        return datetime_us(when), None
+    iso = _ISO.match(line)
+    if iso is not None:
+        tz = iso[8]
+        try:
+            when = dt.datetime.fromisoformat(iso.group(0).strip().replace("Z", "+00:00").replace(" ", "T"))
+        except ValueError:
+            return None, BAD_DATE
+        if tz is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        return datetime_us(when.astimezone(dt.timezone.utc)), None
+    return None, NO_TIME
 
 
 def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id: str,
@@ -80,10 +215,23 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     year = year if year is not None else dt.datetime.now(dt.timezone.utc).year
     writer = TraceWriter(Path(out), SOURCE)
     writer.check_layout(("intervals", "import_notes"))
-    summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE}))
-    cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS}
-    approximate = rollovers = backwards = 0
+    # Skips are noted with their first places (_notes), so none is persisted twice.
+    summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NOT_PARSED, NO_TIME, BAD_DATE,
+                                                                        FIRST_CUMULATIVE}))
+    cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}
+    counts = {"approximate": 0, "unknown_drafts": 0, "restarts": 0, "backwards": 0, "rollovers": 0,
+              "v0_inexact": 0}
+    layouts: dict[str, int] = {}
+    where: dict[str, list[str]] = {}     # skip reason → first places (file:line)
     max_positions = 0
+    max_k = 0
+    first_unparsed: str | None = None
+
+    def skip(reason: str, place: str) -> None:
+        summary.skip(reason)
+        where.setdefault(reason, [])
+        if len(where[reason]) < 3:
+            where[reason].append(place)
 
     for path in files:
         path = Path(path)
@@ -91,79 +239,148 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
             fh = open(path, encoding="utf-8", errors="replace")
         except OSError as exc:
             raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
-        file_year, previous_end, previous_month = year, None, None
+        series_of: dict[str, _Series] = {}
+        engine_of: dict[str, str] = {}           # process prefix → the Engine of its last load line
         with fh:
-            for raw in fh:
+            for number, raw in enumerate(fh, start=1):
                 line = _ANSI.sub("", raw.rstrip("\r\n"))
-                at = line.find("SpecDecoding metrics")
-                if at < 0:
-                    summary.skip(OTHER_LINE)
+                place = f"{path}:{number}"
+                marker = _MARKER.search(line)
+                level = _LEVEL.search(" " + line)
+                process = _series_key(line[:level.start()] if level else "")
+                if marker is None:
+                    if "Avg generation throughput" in line or "GPU KV cache usage" in line:
+                        engine = _ENGINE.search(line)
+                        name = process + (f" Engine {engine.group(1)}" if engine else "")
+                        engine_of[process] = name
+                        series_of.setdefault(name, _Series(year=year)).load = parse_load(line)
+                    else:
+                        summary.skip(OTHER_LINE)
                     continue
-                numbers = parse_metrics(line[at:])
-                stamp = _PREFIX_TIME.search(" " + line[:at])
-                if stamp is None:
-                    summary.skip("SpecDecoding metrics line that does not parse" if numbers is None
-                                 else "SpecDecoding metrics line without a date and time")
-                    continue
-                month = int(stamp[1])
-                if previous_month == 12 and month == 1:
-                    file_year += 1
-                    rollovers += 1
-                try:
-                    end = dt.datetime(file_year, month, int(stamp[2]), int(stamp[3]), int(stamp[4]),
-                                      int(stamp[5]), int((stamp[6] or "0").ljust(6, "0")), tzinfo=dt.timezone.utc)
-                except ValueError:
-                    summary.skip("SpecDecoding metrics line with an impossible date")
-                    continue
-                previous_month = month
-                end_us = datetime_us(end)
+                name = engine_of.get(process, process)
+                series = series_of.setdefault(name, _Series(year=year))
+                end_us, problem = _stamp(line, marker.start(), series, year)
+                numbers = parse_metrics(line[marker.start():])
                 if numbers is None:
-                    # vLLM reset its counters when it logged this line: the next interval starts here.
-                    summary.skip("SpecDecoding metrics line that does not parse")
-                    previous_end = end_us
+                    first_unparsed = first_unparsed or place
+                    skip(NOT_PARSED, place)
+                    if end_us is not None and not series.cumulative:
+                        series.previous_end = end_us   # vLLM reset its counters when it logged this line
                     continue
-                if previous_end is not None and end_us < previous_end:
-                    backwards += 1
-                n = num_drafts_from(numbers["accepted"], numbers["mean"])
-                if n is not None:
-                    approximate += 1
-                rates = numbers["rates"]
-                max_positions = max(max_positions, len(rates))
-                cols["deployment_id"].append(deployment_id)
-                cols["start_time"].append(previous_end)
-                cols["end_time"].append(end_us)
-                cols["num_drafts"].append(n)
-                cols["num_draft_tokens"].append(numbers["drafted"])
-                cols["num_accepted_tokens"].append(numbers["accepted"])
-                cols["accepted_per_position"].append(
-                    [round_half_up(r * n) for r in rates] if n is not None and rates else None)
-                cols["source"].append(INTERVAL_SOURCE)
-                previous_end = end_us
+                if problem:
+                    skip(problem, place)
+                    continue
+                layouts[numbers["layout"]] = layouts.get(numbers["layout"], 0) + 1
+                load, series.load = series.load, {}
+                if numbers["cumulative"]:
+                    interval = _v0_interval(numbers, series, counts)
+                    series.cumulative = numbers
+                    if interval is None:
+                        skip(FIRST_CUMULATIVE, place)
+                        series.previous_end = end_us
+                        continue
+                    start = series.previous_end if interval.pop("continues") else None
+                else:
+                    n = num_drafts_from(numbers["accepted"], numbers["mean"])
+                    counts["approximate" if n is not None else "unknown_drafts"] += 1
+                    rates = numbers["rates"]
+                    interval = {"num_drafts": n, "num_draft_tokens": numbers["drafted"],
+                                "num_accepted_tokens": numbers["accepted"],
+                                "accepted_per_position": [round_half_up(r * n) for r in rates]
+                                if n is not None and rates else None}
+                    start = series.previous_end
+                    max_positions = max(max_positions, len(rates))
+                if series.previous_end is not None and end_us < series.previous_end:
+                    counts["backwards"] += 1
+                max_k = max(max_k, numbers["k"] or 0)
+                row = {"deployment_id": deployment_id, "series": name or None, "start_time": start,
+                       "end_time": end_us, "source": INTERVAL_SOURCE, **interval,
+                       "running_requests": load.get("running_requests"),
+                       "waiting_requests": load.get("waiting_requests"),
+                       "generation_tokens_per_s": load.get("generation_tokens_per_s"),
+                       "kv_cache_usage": load.get("kv_cache_usage"),
+                       "reported_accept_length": numbers["mean"],
+                       "reported_accept_length_definition": MEAN_DEFINITION if numbers["mean"] is not None else None}
+                for column in cols:
+                    cols[column].append(row[column])
+                series.previous_end = end_us
+        counts["rollovers"] += sum(1 for s in series_of.values() if s.year > year)
 
     rows = len(cols["end_time"])
-    note = lambda text: summary.note(text, deployment_id)  # noqa: E731
-    if rows:
-        note(f"log times have no year and no time zone: read as UTC in {year}"
-             + (f" ({rollovers} year rollover{'s' if rollovers != 1 else ''} from December to January)"
-                if rollovers else ""))
-    if approximate:
-        note(f"num_drafts is approximate on {approximate} interval{'s' if approximate != 1 else ''}: "
-             f"round(Accepted / (mean acceptance length − 1)), the mean printed to 2 decimals; "
-             f"accepted_per_position = round(rate × num_drafts)")
-    if rows - approximate:
-        note(f"num_drafts unknown on {rows - approximate} interval{'s' if rows - approximate != 1 else ''} "
-             f"(mean acceptance length 1.00: nothing accepted)")
-    duplicates = rows - len(set(cols["end_time"]))
-    if duplicates:
-        note(f"{duplicates} lines share their second with another line (several engines logging?): the loader "
-             f"will reject those intervals as duplicate_key")
-    if backwards:
-        note(f"{backwards} lines are earlier than the line before: the loader will reject them as time_order")
-    speculated = any(d > 0 for d in cols["num_draft_tokens"])
     if not rows:
-        note("no SpecDecoding metrics lines found")
+        tried = first_unparsed or next((p for r in (NO_TIME, BAD_DATE) for p in where.get(r, [])), None)
+        looked = (f"the first metrics line that did not import is {tried}" if tried else
+                  "no line looks like vLLM's speculative-decoding metrics")
+        raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: {looked}; "
+                               f"known layouts: {'; '.join(LAYOUTS)}")
+    _notes(summary, deployment_id, year, counts, layouts, where, cols)
+    speculated = any(d > 0 for d in cols["num_draft_tokens"])
     row = deployment_row(deployment_id, overrides, model=None, speculated=speculated,
-                         num_spec_tokens=max_positions or None)
+                         num_spec_tokens=(max_k or max_positions) or None)
     writer.merge_deployment(row, summary)
-    writer.add("intervals", cols, times=cols["end_time"])
+    writer.add("intervals", cols, times=cols["end_time"], drop_empty_optional=LOAD_COLUMNS + ("series",))
     return finish(writer, summary, deployment_id)
+
+
+def _v0_interval(numbers: dict, series: _Series, counts: dict) -> dict | None:
+    """The difference of a V0 line and the series' previous one; None for a series' first line.
+
+    After a restart (a counter went down) the line counts from the restart, whose time is
+    unknown: the interval keeps its counts and gets no start time."""
+    previous = series.cumulative
+    if previous is None:
+        return None
+    keys = ("accepted", "drafted", "emitted")
+    if any(numbers[key] is not None and previous[key] is not None and numbers[key] < previous[key] for key in keys):
+        counts["restarts"] += 1
+        delta, continues = {key: numbers[key] for key in keys}, False
+    else:
+        delta = {key: (numbers[key] - previous[key]) if numbers[key] is not None and previous[key] is not None
+                 else None for key in keys}
+        continues = True
+    k = numbers["k"]
+    steps = delta["drafted"] // k if k and delta["drafted"] % k == 0 else None
+    if k and steps is None:
+        counts["v0_inexact"] += 1
+    # each step emits its accepted prefix plus one token
+    prefix = delta["emitted"] - steps if steps is not None and delta["emitted"] is not None else None
+    return {"num_drafts": steps, "num_draft_tokens": delta["drafted"],
+            "num_accepted_tokens": prefix if prefix is not None else delta["accepted"],
+            "accepted_per_position": None, "continues": continues}
+
+
+def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, layouts: dict,
+           where: dict, cols: dict) -> None:
+    note = lambda text: summary.note(text, deployment_id)  # noqa: E731
+    plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+    note("layouts read: " + ", ".join(f"{name} ({n})" for name, n in sorted(layouts.items())))
+    note(f"log times have no year and no time zone: read as UTC in {year}"
+         + (f" ({plural(counts['rollovers'], 'year rollover')} from December to January)"
+            if counts["rollovers"] else ""))
+    if counts["approximate"]:
+        note(f"num_drafts is approximate on {plural(counts['approximate'], 'interval')}: "
+             "round(Accepted / (mean acceptance length − 1)), the mean printed to 2 decimals; "
+             "accepted_per_position = round(rate × num_drafts)")
+    if counts["unknown_drafts"]:
+        note(f"num_drafts unknown on {plural(counts['unknown_drafts'], 'interval')} (no mean acceptance "
+             "length printed, or 1.00: nothing accepted)")
+    if layouts.get("v0"):
+        note("V0 counters are cumulative: each interval is the difference of consecutive lines of its series; "
+             "num_drafts = draft tokens / k, and the accepted prefix = emitted tokens − num_drafts "
+             "(V0's own 'accepted' counts matches after the first rejection too)")
+    if counts["restarts"]:
+        note(f"{plural(counts['restarts'], 'engine restart')} (a cumulative counter went down): "
+             "those intervals count from the restart and have no start time")
+    if counts["v0_inexact"]:
+        note(f"{plural(counts['v0_inexact'], 'V0 interval')} whose draft tokens are not a multiple of k: "
+             "num_drafts unknown, accepted tokens as V0 counts them")
+    series = {s for s in cols["series"] if s}
+    if len(series) > 1:
+        note(f"{len(series)} series (engines or processes): " + ", ".join(sorted(series))
+             + "; each interval starts at the previous line of its own series")
+    if counts["backwards"]:
+        note(f"{counts['backwards']} lines are earlier than the line before: the loader will reject them "
+             "as time_order")
+    for reason, places in sorted(where.items()):
+        if reason in summary.skipped:
+            note(f"{plural(summary.skipped[reason], 'line')} skipped ({reason}), first at {', '.join(places)}")
