@@ -36,8 +36,12 @@ def test_interval_acceptance_by_hand_and_rounds_may_be_absent(tmp_path):
     # hour 1: 1 + (15 + 30) / (10 + 20) = 2.5; 45 / 90 = 0.5; per position (8+16, 5+10, 2+4) / 30
     assert first["mean_accept_length"] == 2.5 and first["acceptance_rate"] == 0.5
     assert first["vllm_rate"] == pytest.approx([24 / 30, 15 / 30, 6 / 30])
-    # hour 2: one interval lacks num_drafts, so the mean accept length is unknown
-    assert second["mean_accept_length"] is None and second["vllm_rate"] is None
+    assert first["drafts_share"] == 1.0
+    # hour 2: one interval lacks num_drafts; the accept length comes from the one that has it,
+    # 1 + 5 / 5 = 2.0, over 15 of the hour's 55 draft tokens. Per position: the interval with
+    # positions has no draft count, the one with a count has no positions: unknown.
+    assert second["mean_accept_length"] == 2.0 and second["drafts_share"] == pytest.approx(15 / 55)
+    assert second["vllm_rate"] is None and second["intervals_without_drafts"] == 1
     assert second["acceptance_rate"] == pytest.approx(15 / 55)
     ws.close()
     report = CliRunner().invoke(main, ["report", str(tmp_path)])
@@ -63,3 +67,36 @@ def test_tpot_speedup_by_hand(tmp_path):
     assert spec["tpot_speedup"] == pytest.approx((400 / 30) / 5)
     assert spec["speedup"] is None   # no steps
     assert any("not matched on batch size" in n for n in doc["notes"])
+    md = CliRunner().invoke(main, ["report", str(tmp_path)]).stdout
+    # (400 / 30) / 5 = 2.667: shown to 2 decimals
+    assert ("- **spec** (eagle): speedup per round unknown (no steps); by request timings it is 2.67× (faster) "
+            "per output token than its baseline (tpot_speedup, not matched on batch size).") in md
+
+
+def test_acceptance_against_the_load_a_log_gives(tmp_path):
+    def loaded(end_ms, drafts, draft_tokens, accepted, running, gen, kv, series="p Engine 000"):
+        row = interval(end_ms, drafts, draft_tokens, accepted)
+        row.update(series=series, running_requests=running, waiting_requests=0, generation_tokens_per_s=gen,
+                   kv_cache_usage=kv)
+        return row
+
+    write_table(tmp_path, "deployments", [deployment("d")])
+    write_table(tmp_path, "intervals", [
+        loaded(1_000, 10, 30, 15, running=2, gen=100.0, kv=0.10),
+        loaded(1_000, 20, 60, 20, running=2, gen=50.0, kv=0.20, series="p Engine 001"),   # same second, other engine
+        loaded(2_000, None, 40, 10, running=6, gen=80.0, kv=0.30),
+        loaded(3_000, 10, 40, 30, running=7, gen=90.0, kv=0.50),
+    ])
+    ws = api.open_traces(tmp_path)
+    assert ws.con.execute("select count(*) from rejected_rows").fetchone()[0] == 0   # series is in the key
+    got = ws.con.execute("""select batch_bucket, num_intervals, mean_accept_length, drafts_share, acceptance_rate,
+                                   mean_generation_tokens_per_s, mean_kv_cache_usage
+                            from interval_load order by bucket_min""").fetchall()
+    ws.close()
+    # running 2 → bucket "2": 1 + (15 + 20) / (10 + 20); 35 / 90; gen (100 + 50) / 2; kv 0.15
+    # running 6 and 7 → "5-8": accept length from the interval with drafts, 1 + 30 / 10, over 40 of 80
+    assert got == [("2", 2, pytest.approx(1 + 35 / 30), 1.0, pytest.approx(35 / 90), 75.0, pytest.approx(0.15)),
+                   ("5-8", 2, 4.0, 0.5, pytest.approx(40 / 80), 85.0, pytest.approx(0.40))]
+    report = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert "Acceptance against load: intervals grouped by the requests running" in report.stdout
+    assert "| d | 5-8 | 2 | 80 | 4.000 | 50.0% | 50.0% | 85.0 | 40.0% |" in report.stdout

@@ -118,10 +118,12 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
     temperature = rows(con, """select deployment_id, temperature_bucket, num_requests, num_rounds, mean_accept_length,
                                       acceptance_rate, tokens_per_round
                                from accept_length_by_temperature
-                               order by deployment_id, case temperature_bucket when '0' then 0 when '(0,0.5]' then 1
-                                   when '(0.5,1]' then 2 when '>1' then 3 else 4 end""")
+                               order by deployment_id, (select position from buckets
+                                   where kind = 'temperature' and label = temperature_bucket)""")
     notes += _repetition_notes(repetition)
     intervals = rows(con, "select * from interval_acceptance order by deployment_id, hour")
+    interval_load = rows(con, """select * exclude (bucket_min) from interval_load
+                                 order by deployment_id, bucket_min""")
     if any(d["tpot_speedup"] is not None for d in out_deployments):
         notes.append("tpot_speedup compares time per output token from request timings; it is not matched on "
                       "batch size, so the load of a deployment and its baseline may differ")
@@ -140,6 +142,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
         "round_ledger": ledger,
         "temperature": temperature,
         "intervals": intervals,
+        "interval_load": interval_load,
         "notes": notes,
     }
 

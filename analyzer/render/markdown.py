@@ -119,7 +119,14 @@ def _findings(doc: dict) -> str:
     for d in _spec(doc):
         dep = d["deployment_id"]
         if is_missing(d["speedup"]):
-            lines.append(f"- **{dep}** ({d['method']}): speedup unknown, see the notes.")
+            if d.get("tpot_speedup") is not None:
+                # response-only imports: no steps, so no round-matched speedup, but request timings give one
+                shown, word = shown_ratio(d["tpot_speedup"])
+                lines.append(f"- **{dep}** ({d['method']}): speedup per round unknown (no steps); by request "
+                             f"timings it is {shown}× ({word}) per output token than its baseline "
+                             "(tpot_speedup, not matched on batch size).")
+            else:
+                lines.append(f"- **{dep}** ({d['method']}): speedup unknown, see the notes.")
             continue
         shown, verdict = shown_ratio(d["speedup"])
         text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {shown}× "
@@ -385,14 +392,28 @@ def _intervals(doc: dict) -> str:
         return ""
     body = [(r["deployment_id"], str(r["hour"]), num(r["num_intervals"]), num(r["num_drafts"]),
              num(r["num_draft_tokens"]), num(r["num_accepted_tokens"]), num(r["mean_accept_length"]),
-             pct(r["acceptance_rate"]),
-             ", ".join(pct(v) for v in r["vllm_rate"]) if r["vllm_rate"] else DASH)
+             pct(r["drafts_share"]), pct(r["acceptance_rate"]),
+             ", ".join(pct(v) for v in r["vllm_rate"]) if r["vllm_rate"] else DASH,
+             num(r["mean_running_requests"], 1))
             for r in rows]
-    return ("## Aggregate counters (intervals)\n\n"
-            "From vLLM's SpecDecoding log lines or Prometheus counters, per hour. Mean accept length is "
-            "1 + accepted / drafts, unknown where an interval lacks an exact draft count.\n\n"
+    text = ("## Aggregate counters (intervals)\n\n"
+            "From vLLM's speculative-decoding log lines or Prometheus counters, per hour. Accept length is "
+            "1 + accepted / drafts over the intervals with a draft count (\"drafts known\": the share of "
+            "draft tokens in them). vLLM prints its mean acceptance length to 2 decimals, so a draft count "
+            "derived from it is approximate (see the notes).\n\n"
             + table(["deployment", "hour", "intervals", "drafts", "draft tokens", "accepted", "accept length",
-                     "acceptance", "vLLM rate per position"], body))
+                     "drafts known", "acceptance", "vLLM rate per position", "running reqs"], body))
+    load = doc.get("interval_load") or []
+    if load:
+        text += ("\nAcceptance against load: intervals grouped by the requests running when they ended "
+                 "(the log's `Running: N reqs`, a batch-size proxy).\n\n"
+                 + table(["deployment", "running reqs", "intervals", "draft tokens", "accept length",
+                          "drafts known", "acceptance", "gen tokens/s", "KV usage"],
+                         [(r["deployment_id"], r["batch_bucket"], num(r["num_intervals"]),
+                           num(r["num_draft_tokens"]), num(r["mean_accept_length"]), pct(r["drafts_share"]),
+                           pct(r["acceptance_rate"]), num(r["mean_generation_tokens_per_s"], 1),
+                           pct(r["mean_kv_cache_usage"])) for r in load]))
+    return text
 
 
 def _quantization(doc: dict) -> str:

@@ -1,8 +1,11 @@
 -- Acceptance from aggregate counters (vLLM log lines, Prometheus counters), per hour.
 -- Grain: one row per deployment_id, hour (the hour of each interval's end_time).
 --
--- mean_accept_length = 1 + Σ accepted / Σ num_drafts, null when any interval of the
--- hour lacks num_drafts; vllm_rate[i] = Σ accepted_per_position[i] / Σ num_drafts.
+-- mean_accept_length = 1 + Σ accepted / Σ num_drafts over the intervals that have a
+-- draft count (num_drafts), and drafts_share says what share of the hour's draft
+-- tokens those intervals hold: an hour with one interval lacking its count is not
+-- left blank. vllm_rate[i] = Σ accepted_per_position[i] / Σ num_drafts over the
+-- intervals with both. Load columns average the intervals that carry them.
 with by_hour as (
     select
         deployment_id,
@@ -11,7 +14,13 @@ with by_hour as (
         count(*) filter (where num_drafts is null) as intervals_without_drafts,
         sum(num_drafts) as num_drafts,
         sum(num_draft_tokens) as num_draft_tokens,
-        sum(num_accepted_tokens) as num_accepted_tokens
+        sum(num_accepted_tokens) as num_accepted_tokens,
+        sum(num_accepted_tokens) filter (where num_drafts is not null) as accepted_with_drafts,
+        sum(num_draft_tokens) filter (where num_drafts is not null) as draft_tokens_with_drafts,
+        sum(num_drafts) filter (where accepted_per_position is not null) as drafts_with_positions,
+        avg(running_requests order by series, end_time) as mean_running_requests,
+        avg(generation_tokens_per_s order by series, end_time) as mean_generation_tokens_per_s,
+        avg(kv_cache_usage order by series, end_time) as mean_kv_cache_usage
     from intervals
     group by all
 ),
@@ -23,7 +32,7 @@ per_position as (
         unnest(range(1, len(accepted_per_position) + 1)) as position,
         unnest(accepted_per_position) as accepted
     from intervals
-    where accepted_per_position is not null
+    where accepted_per_position is not null and num_drafts is not null
 ),
 
 positions as (
@@ -43,11 +52,14 @@ select
     h.num_drafts,
     h.num_draft_tokens,
     h.num_accepted_tokens,
-    case when h.intervals_without_drafts = 0
-        then 1 + h.num_accepted_tokens / nullif(h.num_drafts, 0) end as mean_accept_length,
+    1 + h.accepted_with_drafts / nullif(h.num_drafts, 0) as mean_accept_length,
     h.num_accepted_tokens / nullif(h.num_draft_tokens, 0) as acceptance_rate,
-    case when h.intervals_without_drafts = 0 and h.num_drafts > 0
-        then list_transform(p.accepted_per_position, lambda a: a / h.num_drafts) end as vllm_rate,
-    h.intervals_without_drafts
+    case when h.drafts_with_positions > 0
+        then list_transform(p.accepted_per_position, lambda a: a / h.drafts_with_positions) end as vllm_rate,
+    h.intervals_without_drafts,
+    h.draft_tokens_with_drafts / nullif(h.num_draft_tokens, 0) as drafts_share,
+    h.mean_running_requests,
+    h.mean_generation_tokens_per_s,
+    h.mean_kv_cache_usage
 from by_hour as h
 left join positions as p on p.deployment_id = h.deployment_id and p.hour = h.hour
