@@ -337,3 +337,25 @@ def import_traces(source: str, files, out, deployments: list[str], **options):
 
     return run_import(source, files, out, deployments, **options)
 
+
+
+def list_imports(traces: str | Path) -> list[dict]:
+    """The imports recorded in a trace directory (``specan import --list``), oldest first."""
+    from .ingest.importers.common import list_imports as run
+
+    return run(traces)
+
+
+def remove_import(traces: str | Path, import_id: str) -> dict:
+    """Take one import back (``specan import --remove``): its files are deleted."""
+    from .ingest.importers.common import remove_import as run
+
+    return run(traces, import_id)
+
+
+def render_imports(imports: list[dict]) -> str:
+    from .render import tables
+
+    rows = [(m["id"], m["source"], m["imported_at"][:19] + "Z", " ".join(f"{t}={n}" for t, n in sorted(m["rows"].items())),
+             " ".join(i["path"] for i in m["inputs"]) or "–") for m in imports]
+    return tables.aligned(["id", "source", "imported at", "rows", "inputs"], rows)

@@ -434,14 +434,19 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, tem
 
 
 @main.command("import")
-@click.argument("source", type=click.Choice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses"]))
-@click.argument("files", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--deployment", "deployment", required=True, multiple=True,
+@click.argument("source", required=False,
+                type=click.Choice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses"]))
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--list", "list_of", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="List the imports recorded in this trace directory (id, source, rows, inputs).")
+@click.option("--remove", "remove", default=None, metavar="ID",
+              help="Take back the import ID (or a unique prefix of it) from --out: its files are deleted.")
+@click.option("--deployment", "deployment", multiple=True,
               help="The deployment_id to import under. prometheus: one id for every label group, or "
                    "label=value:ID pairs (repeat the option, or separate pairs with commas).")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Trace directory: new files are added under OUT/<table>/, existing ones are never rewritten.")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              help="Trace directory: new files are added under OUT/<table>/. Importing the same input again "
+                   "replaces that import; other imports' files are never rewritten.")
 @click.option("--model", default=None, help="deployments.model (default: from the source, else 'unknown').")
 @click.option("--method", default=None,
               help="deployments.method, e.g. eagle3 (default: 'none' when nothing speculated, else 'unknown').")
@@ -449,8 +454,9 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, tem
               help="deployments.num_speculative_tokens (default: from the source, else 0).")
 @click.option("--year", default=None, type=click.IntRange(1970, 9999),
               help="vllm-log only: the year of the log's MM-DD dates (default: the current year).")
-def import_traces(source: str, files: tuple[Path, ...], deployment: tuple[str, ...], out: Path, model: str | None,
-                  method: str | None, num_speculative_tokens: int | None, year: int | None) -> None:
+def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | None, remove: str | None,
+                  deployment: tuple[str, ...], out: Path | None, model: str | None, method: str | None,
+                  num_speculative_tokens: int | None, year: int | None) -> None:
     """Convert engine output (FILE...) from SOURCE into trace tables under OUT.
 
     \b
@@ -469,7 +475,22 @@ def import_traces(source: str, files: tuple[Path, ...], deployment: tuple[str, .
         specan import vllm-responses responses.jsonl --deployment eagle3-a --method eagle3 --out traces/
         specan import vllm-log vllm.log --deployment eagle3-a --year 2026 --out traces/
         specan import prometheus range.json --deployment model_name=llama:eagle-a --out traces/
+        specan import --list traces/
+        specan import --remove 3f9a1c --out traces/
     """
+    if list_of is not None:
+        click.echo(api.render_imports(api.list_imports(list_of)), nl=False)
+        return
+    if remove is not None:
+        if out is None:
+            raise click.UsageError("--remove ID needs --out TRACES")
+        gone = api.remove_import(out, remove)
+        click.echo(f"removed import {gone['id']} ({gone['source']}): {len(gone['files'])} files")
+        return
+    missing = [name for name, value in (("SOURCE", source), ("FILE", files), ("--deployment", deployment),
+                                        ("--out", out)) if not value]
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)} (or use --list TRACES / --remove ID --out TRACES)")
     summary = api.import_traces(source, files, out, list(deployment), model=model, method=method,
-                         num_speculative_tokens=num_speculative_tokens, year=year)
+                                num_speculative_tokens=num_speculative_tokens, year=year)
     click.echo("\n".join(summary.lines()))

@@ -251,20 +251,72 @@ def test_vllm_wrong_type_is_exit_2_naming_file_and_line(tmp_path):
     assert_one_line_exit_2(result, "bad.jsonl:3:", "usage.completion_tokens: expected an integer")
 
 
-def test_importing_twice_writes_two_files_and_never_rewrites(vllm):
-    out, _ = vllm
-    before = {p: p.read_bytes() for p in out.rglob("*.parquet")}
+def test_importing_the_same_input_twice_replaces_it(vllm):
+    out, first = vllm
+    before = sorted(p.relative_to(out) for p in out.rglob("*.parquet"))
+    rows_before = {t: rows(out, t) for t in ("deployments", "requests", "rounds")}
     result = run("import", "vllm-responses", FIXTURES / "vllm_responses.jsonl", "--deployment", "eagle-a",
                  "--method", "eagle3", "--out", out)
     assert result.exit_code == 0, result.output
-    assert {p: p.read_bytes() for p in before} == before
+    # named by its content: the same files, holding the same rows, and no duplicate_key later
+    assert sorted(p.relative_to(out) for p in out.rglob("*.parquet")) == before
+    assert {t: rows(out, t) for t in ("deployments", "requests", "rounds")} == rows_before
+    assert "the same input was imported before (import " in result.stdout
+    assert "already in TRACES/requests" not in result.stdout
+    validate = run("validate", out)
+    assert "rejected rows: 0" in validate.stdout
+
+
+def test_another_input_adds_to_the_trace(vllm, tmp_path):
+    out, _ = vllm
+    before = {p: p.read_bytes() for p in out.rglob("*.parquet")}
+    other = tmp_path / "other.jsonl"
+    other.write_text((FIXTURES / "vllm_responses.jsonl").read_text().replace('"chatcmpl-', '"chatcmpl-b-'))
+    result = run("import", "vllm-responses", other, "--deployment", "eagle-a", "--method", "eagle3", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert {p: p.read_bytes() for p in before} == before          # another import's files are never rewritten
     assert len(files(out, "requests")) == 2 and len(files(out, "rounds")) == 2
-    # the identical deployments row is not written again
-    assert len(files(out, "deployments")) == 1
     assert "deployment eagle-a: already present, identical" in result.stdout
-    # the same request ids twice: both copies will be rejected, and the import says so
-    assert "6 request ids were already in TRACES/requests: the loader will reject every copy as duplicate_key" \
-        in result.stdout
+
+
+def test_an_unknown_value_is_filled_in_by_a_later_import(tmp_path):
+    out = tmp_path / "traces"
+    # the log knows neither model nor method: unknown, unknown
+    assert run("import", "vllm-log", FIXTURES / "vllm.log", "--deployment", "eagle-a", "--year", "2026",
+               "--out", out).exit_code == 0
+    assert rows(out, "deployments") == [{"deployment_id": "eagle-a", "model": "unknown", "method": "unknown",
+                                         "num_speculative_tokens": 3}]
+    # the responses know the model (response.model), and --method is given: no conflict, both filled in
+    result = run("import", "vllm-responses", FIXTURES / "vllm_responses.jsonl", "--deployment", "eagle-a",
+                 "--method", "eagle3", "--num-speculative-tokens", "3", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "filled in model = 'meta-llama/Llama-3.1-8B-Instruct' (it was unknown)" in result.stdout
+    assert "filled in method = 'eagle3' (it was unknown)" in result.stdout
+    assert {tuple(sorted(r.items())) for r in rows(out, "deployments")} == {tuple(sorted({
+        "deployment_id": "eagle-a", "model": "meta-llama/Llama-3.1-8B-Instruct", "method": "eagle3",
+        "num_speculative_tokens": 3}.items()))}
+    assert "rejected rows: 0" in run("validate", out).stdout
+
+
+def test_list_and_remove_imports(vllm):
+    out, _ = vllm
+    assert run("import", "vllm-log", FIXTURES / "vllm.log", "--deployment", "eagle-a", "--year", "2026",
+               "--method", "eagle3", "--out", out).exit_code == 0
+    listed = run("import", "--list", out)
+    assert listed.exit_code == 0, listed.output
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["id", "source", "imported", "at", "rows", "inputs"]
+    assert set(lines[1]) <= {"-", " "}
+    assert [line.split()[1] for line in lines[2:]] == ["vllm-responses", "vllm-log"]   # oldest first
+    log_id = lines[3].split()[0]
+    assert str(FIXTURES / "vllm.log") in lines[3] and "intervals=4" in lines[3]
+    removed = run("import", "--remove", log_id[:6], "--out", out)
+    assert removed.exit_code == 0, removed.output
+    assert removed.stdout.startswith(f"removed import {log_id} (vllm-log): ")
+    assert files(out, "intervals") == []
+    assert [line.split()[1] for line in run("import", "--list", out).stdout.splitlines()[2:]] == ["vllm-responses"]
+    missing = run("import", "--remove", "ffffff", "--out", out)
+    assert missing.exit_code == 2 and "no import matches 'ffffff'" in missing.stderr
 
 
 def test_link_never_replaces_an_existing_file(tmp_path):
@@ -651,9 +703,12 @@ def test_written_files_carry_the_exact_arrow_types(vllm, vlog):
 
 def test_file_names_and_no_leftovers(vllm):
     out, _ = vllm
-    names = [p.name for p in out.rglob("*") if p.is_file()]
-    assert all(n.startswith("import-vllm-responses-") and n.endswith(".parquet") for n in names)
+    names = [p.name for p in out.rglob("*.parquet") if p.is_file()]
+    assert all(n.startswith("import-vllm-responses-") for n in names)
     assert len({n for n in names}) == 1   # one stem per import, one file per table
+    (manifest,) = (out / "_imports").iterdir()   # what it read and wrote, for `specan import --list`
+    assert manifest.name == names[0].replace(".parquet", ".json")
+    assert [p for p in out.rglob("*") if p.is_file() and p.suffix not in (".parquet", ".json")] == []
 
 
 def test_intervals_schema_declaration():

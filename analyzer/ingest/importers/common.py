@@ -11,13 +11,14 @@ replace anything.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import os
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -368,16 +369,28 @@ class TraceWriter:
     can't be derived from the input, and is refused.
     """
 
-    def __init__(self, out: Path, source: str):
+    def __init__(self, out: Path, source: str, inputs: Sequence[str | Path] = (), options: str = ""):
         self.out = Path(out)
         self.source = source
         if self.out.exists() and not self.out.is_dir():
             raise ImportConflict(f"{self.out}: --out must be a trace directory, found a file")
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.stem = f"import-{source}-{stamp}-{uuid.uuid4().hex[:8]}"
+        # An import is named by its content (source, options, the bytes of every input), so
+        # importing the same input again replaces the earlier import instead of adding to it.
+        self.inputs = [Path(p) for p in inputs]
+        # Without its inputs (a caller that does not pass them), an import is simply new.
+        self.import_id = (import_id(source, options, self.inputs) if self.inputs
+                          else uuid.uuid4().hex[:12])
+        self.stem = f"import-{source}-{self.import_id}"
+        self.options = options
+        self.previous = [p for p in self.out.rglob(f"{self.stem}.parquet")] if self.out.is_dir() else []
         self.pending: dict[str, _Pending] = {}
         self.deployment_rows: list[DeploymentRow] = []
+        self.fill_in: dict[Path, dict[str, dict]] = {}   # file → deployment id → {column: known value}
         self._existing_dates: dict[str, set] = {}  # deployment id → date partitions holding it (None: flat)
+
+    def _files(self, table: str) -> list[Path]:
+        """A table's files, without those of the import this one replaces."""
+        return [p for p in _table_files(self.out, table) if p not in self.previous]
 
     # -- checks before anything is parsed or written
 
@@ -418,7 +431,7 @@ class TraceWriter:
 
     def existing_deployments(self, deployment_id: str) -> list[dict]:
         rows = []
-        for path in _table_files(self.out, "deployments"):
+        for path in self._files("deployments"):
             try:
                 names = pq.read_schema(path).names
                 have = [c for c in DEPLOYMENT_REQUIRED if c in names]
@@ -437,17 +450,24 @@ class TraceWriter:
     def merge_deployment(self, row: DeploymentRow, summary: ImportSummary) -> DeploymentRow:
         """Check ``row`` against the deployments already there and queue it for writing.
 
-        A fallback value (`unknown`, 0) takes the existing row's value; any other
-        difference is a conflict. Where an identical row already is, none is written.
+        A fallback value (`unknown`, 0) takes the existing row's value; an existing
+        unknown value is filled in from this import (the earlier file is rewritten
+        with it at commit); any other difference is a conflict. Where an identical
+        row already is, none is written.
         """
         existing = self.existing_deployments(row.deployment_id)
         mine = row.as_dict()
         for other in existing:
             for col in DEPLOYMENT_REQUIRED[1:]:
-                if col in row.weak and other.get(col) is not None:
+                if col in row.weak and other.get(col) is not None and not _unknown(other, col):
                     mine[col] = other[col]
         for other in existing:
             for col in DEPLOYMENT_REQUIRED[1:]:
+                if other.get(col) != mine[col] and _unknown(other, col) and col not in row.weak:
+                    self.fill_in.setdefault(other["_file"], {}).setdefault(row.deployment_id, {})[col] = mine[col]
+                    summary.note(f"filled in {col} = {mine[col]!r} (it was unknown) in {other['_file']}",
+                                 row.deployment_id)
+                    other[col] = mine[col]
                 if other.get(col) != mine[col]:
                     raise ImportConflict(
                         f"{other['_file']}: deployment {row.deployment_id!r} already exists with {col} = "
@@ -461,7 +481,7 @@ class TraceWriter:
 
     def existing_request_ids(self, deployment_id: str) -> set[str]:
         found: set[str] = set()
-        for path in _table_files(self.out, "requests"):
+        for path in self._files("requests"):
             try:
                 names = pq.read_schema(path).names
                 if "deployment_id" not in names or "request_id" not in names:
@@ -531,7 +551,9 @@ class TraceWriter:
         return plan
 
     def commit(self, summary: ImportSummary) -> None:
-        """Write every file aside, then link each into place; an existing file is never replaced."""
+        """Write every file aside, then link each into place. Another import's file is never
+        replaced: only this import's own earlier files (the same input imported again), and
+        deployments rows whose unknown values this import fills in."""
         self.check_layout(set(self.pending) | ({"deployments"} if self.deployment_rows else set()))
         plan = self._plan()
         written: dict[str, list[str]] = {}
@@ -555,12 +577,114 @@ class TraceWriter:
                 tmp = folder / f".{self.stem}.parquet.tmp"
                 pq.write_table(data, tmp)
                 staged.append((table, tmp, final))
+            fills = [(path, _filled(path, changes)) for path, changes in self.fill_in.items()]
+            if self.previous:
+                summary.note(f"the same input was imported before (import {self.import_id}): "
+                             f"its {len(self.previous)} file{'s' if len(self.previous) != 1 else ''} "
+                             "are replaced, not added to")
             for table, tmp, final in staged:
-                _link_new(tmp, final)
+                if final in self.previous:
+                    os.replace(tmp, final)
+                else:
+                    _link_new(tmp, final)
                 summary.files.setdefault(table, []).append(final)
+            for old in self.previous:
+                if not any(final == old for _, _, final in staged):
+                    old.unlink(missing_ok=True)
+            for path, data in fills:
+                tmp = path.with_name(f".{path.name}.fill")
+                pq.write_table(data, tmp)
+                os.replace(tmp, path)
+            self._write_manifest(summary)
         finally:
             for _, tmp, _ in staged:
                 tmp.unlink(missing_ok=True)
+
+    def _write_manifest(self, summary: ImportSummary) -> None:
+        """TRACES/_imports/<stem>.json: what this import read and wrote (`specan import --list`)."""
+        folder = self.out / MANIFESTS
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest = {
+            "id": self.import_id, "source": self.source, "options": self.options,
+            "imported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
+            "inputs": [{"path": str(p), "sha256": _sha256(p)} for p in self.inputs],
+            "rows": dict(summary.rows),
+            "files": sorted(str(f.relative_to(self.out)) for fs in summary.files.values() for f in fs),
+        }
+        tmp = folder / f".{self.stem}.json.tmp"
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, folder / f"{self.stem}.json")
+
+
+MANIFESTS = "_imports"
+
+
+def _unknown(row: dict, column: str) -> bool:
+    """A value an importer wrote for lack of one: never a conflict, and filled in by a later import."""
+    if column in ("model", "method"):
+        return row.get(column) in (None, "unknown")
+    if column == "num_speculative_tokens":
+        return row.get(column) in (None, 0) and row.get("method") == "unknown"
+    return row.get(column) is None
+
+
+def _filled(path: Path, changes: dict[str, dict]) -> pa.Table:
+    """The deployments file at ``path`` with the unknown values of ``changes`` filled in."""
+    table = pq.read_table(path, partitioning=None)
+    ids = table.column("deployment_id").to_pylist()
+    for column in {c for cols in changes.values() for c in cols}:
+        values = [changes.get(dep, {}).get(column, v) for dep, v in zip(ids, table.column(column).to_pylist())]
+        i = table.schema.get_field_index(column)
+        table = table.set_column(i, table.schema.field(i), pa.array(values, type=table.schema.field(i).type))
+    return table
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def import_id(source: str, options: str, inputs: Sequence[Path]) -> str:
+    """12 hex digits naming an import by its content: the source, its options, every input's bytes."""
+    digest = hashlib.sha256(f"{source}\n{options}\n".encode())
+    for path in inputs:
+        try:
+            digest.update(_sha256(path).encode())
+        except OSError:
+            digest.update(str(path).encode())    # unreadable: the importer reports it
+    return digest.hexdigest()[:12]
+
+
+def list_imports(out: str | Path) -> list[dict]:
+    """Every import recorded in TRACES, oldest first."""
+    if not Path(out).is_dir():
+        raise ImportInputError(f"{out}: no such trace directory")
+    folder = Path(out) / MANIFESTS
+    found = []
+    for path in sorted(folder.glob("import-*.json")) if folder.is_dir() else []:
+        try:
+            found.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise ImportInputError(f"{path}: not a readable import manifest ({exc})") from None
+    return sorted(found, key=lambda m: (m.get("imported_at", ""), m.get("id", "")))
+
+
+def remove_import(out: str | Path, wanted: str) -> dict:
+    """Take one import back: delete the files it wrote and its manifest."""
+    out = Path(out)
+    matches = [m for m in list_imports(out) if m["id"].startswith(wanted)] if wanted else []
+    if len(matches) != 1:
+        known = ", ".join(m["id"] for m in list_imports(out)) or "none"
+        raise ImportInputError(f"{out}: {'no' if not matches else 'more than one'} import matches {wanted!r} "
+                               f"(imports: {known})")
+    manifest = matches[0]
+    for rel in manifest["files"]:
+        (out / rel).unlink(missing_ok=True)
+    (out / MANIFESTS / f"import-{manifest['source']}-{manifest['id']}.json").unlink(missing_ok=True)
+    return manifest
 
 
 def _arrow(table: str, columns: dict[str, list]) -> pa.Table:

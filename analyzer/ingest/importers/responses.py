@@ -150,9 +150,10 @@ def _s(n: int) -> str:
 class ResponseImport:
     """What both response importers fill, from the first line read to the files written."""
 
-    def __init__(self, source: str, out: str | Path, deployment_id: str):
+    def __init__(self, source: str, out: str | Path, deployment_id: str, files: Sequence[str | Path] = (),
+                 options: str = ""):
         self.deployment_id = deployment_id
-        self.writer = TraceWriter(Path(out), source)
+        self.writer = TraceWriter(Path(out), source, files, options=options)
         self.writer.check_layout(("requests", "rounds", "import_notes"))
         self.summary = ImportSummary(source, Path(out))
         self.requests, self.rounds, self.tally = RequestsBuffer(), RoundsBuffer(), Tally()

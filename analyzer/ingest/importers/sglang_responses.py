@@ -37,7 +37,7 @@ def import_sglang_responses(files: Sequence[str | Path], out: str | Path, deploy
                             overrides: Overrides | None = None) -> ImportSummary:
     """Import SGLang responses into TRACES ``out`` under ``deployment_id``; returns what was written."""
     overrides = overrides or Overrides()
-    job = ResponseImport(SOURCE, out, deployment_id)
+    job = ResponseImport(SOURCE, out, deployment_id, files, options=f"deployment={deployment_id} {overrides}")
     gammas: list[int] = []
     names: Counter = Counter()
     for where, obj in job.records(files):

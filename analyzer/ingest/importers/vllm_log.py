@@ -213,7 +213,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     """Import vLLM log files into TRACES ``out`` as intervals of ``deployment_id``."""
     overrides = overrides or Overrides()
     year = year if year is not None else dt.datetime.now(dt.timezone.utc).year
-    writer = TraceWriter(Path(out), SOURCE)
+    writer = TraceWriter(Path(out), SOURCE, files, options=f"deployment={deployment_id} year={year} {overrides}")
     writer.check_layout(("intervals", "import_notes"))
     # Skips are noted with their first places (_notes), so none is persisted twice.
     summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NOT_PARSED, NO_TIME, BAD_DATE,

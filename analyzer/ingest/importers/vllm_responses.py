@@ -26,7 +26,7 @@ def import_vllm_responses(files: Sequence[str | Path], out: str | Path, deployme
                           overrides: Overrides | None = None) -> ImportSummary:
     """Import vLLM responses into TRACES ``out`` under ``deployment_id``; returns what was written."""
     overrides = overrides or Overrides()
-    job = ResponseImport(SOURCE, out, deployment_id)
+    job = ResponseImport(SOURCE, out, deployment_id, files, options=f"deployment={deployment_id} {overrides}")
     spec_tokens: list[int] = []
     for where, obj in job.records(files):
         _one(obj, where, deployment_id, overrides, job.summary, job.requests, job.rounds, job.tally, job.models,
