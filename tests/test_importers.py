@@ -573,8 +573,12 @@ def test_vllm_log_parser_anchors_on_avg_draft_acceptance_rate():
 T0, T1, T2 = (t("2026-11-28T12:00:30.781"), t("2026-11-28T12:01:30.781"), t("2026-11-28T12:02:30.781"))
 
 
-def interval(dep, start, end, drafts, draft_tokens, accepted, per_pos):
-    return {"deployment_id": dep, "start_time": start, "end_time": end, "num_drafts": drafts,
+# Each label group is one series of the intervals table, named by its labels.
+E0, E1 = (f"engine={e},instance=vllm-0:8000,job=vllm,model_name={MODEL}" for e in "01")
+
+
+def interval(dep, start, end, drafts, draft_tokens, accepted, per_pos, series):
+    return {"deployment_id": dep, "series": series, "start_time": start, "end_time": end, "num_drafts": drafts,
             "num_draft_tokens": draft_tokens, "num_accepted_tokens": accepted, "accepted_per_position": per_pos,
             "source": "prometheus"}
 
@@ -588,11 +592,11 @@ def test_prometheus_label_groups_to_deployments_by_pairs(tmp_path):
     assert got == [
         # engine 0: drafts 100 → 160 → 250, draft tokens 200 → 320 → 500, accepted 150 → 240 → 370,
         # position 0: 90 → 144 → 224, position 1: 60 → 96 → 146; each row holds the deltas
-        interval("e0", T0, T1, 160 - 100, 320 - 200, 240 - 150, [144 - 90, 96 - 60]),
-        interval("e0", T1, T2, 250 - 160, 500 - 320, 370 - 240, [224 - 144, 146 - 96]),
+        interval("e0", T0, T1, 160 - 100, 320 - 200, 240 - 150, [144 - 90, 96 - 60], E0),
+        interval("e0", T1, T2, 250 - 160, 500 - 320, 370 - 240, [224 - 144, 146 - 96], E0),
         # engine 1: 500 → 550 → 40 and so on: a restart between T1 and T2, so the new values are the deltas
-        interval("e1", T0, T1, 550 - 500, 1100 - 1000, 770 - 700, [462 - 420, 308 - 280]),
-        interval("e1", T1, T2, 40, 80, 50, [30, 20]),
+        interval("e1", T0, T1, 550 - 500, 1100 - 1000, 770 - 700, [462 - 420, 308 - 280], E1),
+        interval("e1", T1, T2, 40, 80, 50, [30, 20], E1),
     ]
     assert "e1: 1 counter reset (a counter decreased: a restart); the new values were taken as the deltas" \
         in result.stdout
@@ -603,17 +607,19 @@ def test_prometheus_label_groups_to_deployments_by_pairs(tmp_path):
                     for d in ("e0", "e1")]
 
 
-def test_prometheus_one_id_sums_the_groups(tmp_path):
+def test_prometheus_one_id_keeps_each_group_a_series(tmp_path):
+    # both engines go to one deployment, but each stays its own series (no longer summed into one row):
+    # the intervals table is keyed by (deployment_id, series, end_time)
     out = tmp_path / "t"
     result = run("import", "prometheus", FIXTURES / "prometheus_range.json", "--deployment", "p", "--out", out)
     assert result.exit_code == 0, result.output
-    assert sorted(rows(out, "intervals"), key=lambda r: r["end_time"]) == [
-        # T0→T1: 60 + 50, 120 + 100, 90 + 70, [54 + 42, 36 + 28]
-        interval("p", T0, T1, 110, 220, 160, [96, 64]),
-        # T1→T2: 90 + 40 (reset), 180 + 80, 130 + 50, [80 + 30, 50 + 20]
-        interval("p", T1, T2, 130, 260, 180, [110, 70]),
+    assert sorted(rows(out, "intervals"), key=lambda r: (r["series"], r["end_time"])) == [
+        interval("p", T0, T1, 60, 120, 90, [54, 36], E0),
+        interval("p", T1, T2, 90, 180, 130, [80, 50], E0),
+        interval("p", T0, T1, 50, 100, 70, [42, 28], E1),
+        interval("p", T1, T2, 40, 80, 50, [30, 20], E1),       # the reset
     ]
-    assert "p: 2 label groups summed into this deployment" in result.stdout
+    assert f"p: 2 series (label groups), each with its own intervals: {E0}; {E1}" in result.stdout
 
 
 def test_prometheus_comma_separated_pairs_and_unmapped_group(tmp_path):
@@ -621,8 +627,8 @@ def test_prometheus_comma_separated_pairs_and_unmapped_group(tmp_path):
     result = run("import", "prometheus", FIXTURES / "prometheus_range.json", "--deployment",
                  f"engine=0:e0,model_name={MODEL}:e0", "--out", out)
     assert result.exit_code == 0, result.output
-    # engine 1 also carries that model_name, so it maps to e0 as well: both groups, summed
-    assert {r["deployment_id"] for r in rows(out, "intervals")} == {"e0"}
+    # engine 1 also carries that model_name, so it maps to e0 as well: both groups, one series each
+    assert {(r["deployment_id"], r["series"]) for r in rows(out, "intervals")} == {("e0", E0), ("e0", E1)}
     out2 = tmp_path / "t2"
     result = run("import", "prometheus", FIXTURES / "prometheus_range.json", "--deployment", "engine=0:e0",
                  "--out", out2)
