@@ -173,22 +173,74 @@ def ms_us(ms: float) -> int:
     return int(round(ms * 1000))
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
-    """(line number, parsed value) for every non-blank line; a line that isn't JSON is malformed."""
+def read_jsonl(path: Path, sse: bool = False) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) for every non-blank line; a line that isn't JSON is malformed.
+
+    With ``sse``, server-sent-event captures (``curl -N``, a proxy's log) are read
+    too, alone or mixed with JSON lines: a ``data:`` line gives ``{"data": value}``,
+    the value parsed as JSON or the text ``[DONE]``, which is what a proxy that
+    wraps each body writes. An event's data continued over several ``data:``
+    lines is joined (SSE joins them with a newline); ``event:``, ``id:``,
+    ``retry:`` and ``:`` comment lines are framing and give nothing.
+    """
     try:
         fh = open(path, "rb")
     except OSError as exc:
         raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+
+    def malformed(lineno: int, exc: Exception) -> MalformedInput:
+        reason = (f"{exc.msg.rstrip(': ')}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
+                  else "not UTF-8 text")
+        return MalformedInput(path, lineno, f"not valid JSON ({reason}); a truncated line?")
+
+    pending: list[str] = []     # the data lines of an SSE event not yet valid JSON
+    first = 0                   # the line the pending event starts on
     with fh:
         for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
+            if not sse:
+                if not raw.strip():
+                    continue
+                try:
+                    yield lineno, json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise malformed(lineno, exc) from None
                 continue
             try:
-                yield lineno, json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                reason = (f"{exc.msg.rstrip(': ')}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
-                          else "not UTF-8 text")
-                raise MalformedInput(path, lineno, f"not valid JSON ({reason}); a truncated line?") from None
+                text = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise malformed(lineno, exc) from None
+            if text.startswith("data:"):
+                value = text[5:][1:] if text[5:6] == " " else text[5:]
+                if not pending and value.strip() == "[DONE]":
+                    yield lineno, {"data": "[DONE]"}
+                    continue
+                pending.append(value)
+                first = first if len(pending) > 1 else lineno
+                try:
+                    parsed = json.loads("\n".join(pending))
+                except json.JSONDecodeError:
+                    continue        # maybe continued on the next data: line
+                pending = []
+                yield first, {"data": parsed}
+                continue
+            if text.startswith(":") or re.match(r"(event|id|retry)(:|$)", text):
+                continue            # comments and the other SSE fields don't end an event
+            if pending:             # the event ended (blank line or other text) without valid JSON
+                try:
+                    json.loads("\n".join(pending))
+                except json.JSONDecodeError as exc:
+                    raise malformed(first, exc) from None
+            if not text.strip():
+                continue
+            try:
+                yield lineno, json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise malformed(lineno, exc) from None
+        if pending:
+            try:
+                json.loads("\n".join(pending))
+            except json.JSONDecodeError as exc:
+                raise malformed(first, exc) from None
 
 
 # --------------------------------------------------------------------------- rounds

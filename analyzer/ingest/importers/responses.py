@@ -141,6 +141,8 @@ class Tally:
     no_timing: int = 0
     from_created: int = 0
     already_present: int = 0
+    streams: int = 0            # requests assembled from streamed chunks
+    per_choice_spec: int = 0    # speculative counts read from choices[0].speculative_decoding_stats
 
 
 def _s(n: int) -> str:
@@ -161,10 +163,11 @@ class ResponseImport:
         self.existing = self.writer.existing_request_ids(deployment_id)
 
     @staticmethod
-    def records(files: Sequence[str | Path]) -> Iterator[tuple[Where, object]]:
-        """Every JSON line of every file, with where it came from."""
+    def records(files: Sequence[str | Path], sse: bool = False) -> Iterator[tuple[Where, object]]:
+        """Every JSON line of every file, with where it came from; with ``sse``, also every
+        server-sent event's data, as ``{"data": value}`` (common.read_jsonl)."""
         for path in files:
-            for lineno, obj in read_jsonl(Path(path)):
+            for lineno, obj in read_jsonl(Path(path), sse=sse):
                 yield Where(Path(path), lineno), obj
 
     def write(self, overrides: Overrides, num_spec_tokens: int | None) -> ImportSummary:
