@@ -435,7 +435,8 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, tem
 
 @main.command("import")
 @click.argument("source", required=False,
-                type=click.Choice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses"]))
+                type=click.Choice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log",
+                                   "aiperf-records", "trtllm-responses"]))
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--list", "list_of", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="List the imports recorded in this trace directory (id, source, rows, inputs).")
@@ -454,17 +455,27 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, tem
               help="deployments.num_speculative_tokens (default: from the source, else 0).")
 @click.option("--year", default=None, type=click.IntRange(1970, 9999),
               help="vllm-log only: the year of the log's MM-DD dates (default: the current year).")
+@click.option("--time", "time", default=None, metavar="T",
+              help="prometheus only: the time of a /metrics scrape that has no sample timestamps and no "
+                   "ISO-8601 time in its file name (ISO-8601, UTC without a zone, or epoch seconds).")
+@click.option("--sglang-version", "sglang_version", default=None, metavar="X.Y.Z",
+              help="sglang-log only: the SGLang release that wrote the log, e.g. 0.5.11. Keeps its 'accept rate', "
+                   "whose meaning changed in 0.5.11 (dropped without it).")
 def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | None, remove: str | None,
                   deployment: tuple[str, ...], out: Path | None, model: str | None, method: str | None,
-                  num_speculative_tokens: int | None, year: int | None) -> None:
+                  num_speculative_tokens: int | None, year: int | None, time: str | None,
+                  sglang_version: str | None) -> None:
     """Convert engine output (FILE...) from SOURCE into trace tables under OUT.
 
     \b
     SOURCE is one of:
       vllm-responses    vLLM responses (JSONL) with metrics.speculative_decoding → requests, rounds
-      vllm-log          vLLM log with 'SpecDecoding metrics:' lines             → intervals
-      prometheus        query_range JSON over vllm:spec_decode_* counters        → intervals
+      vllm-log          vLLM log with speculative-decoding metrics lines        → intervals
+      prometheus        /metrics scrapes or query_range JSON, spec_decode_* counters → intervals
       sglang-responses  SGLang responses (JSONL) with meta_info spec counts      → requests, rounds
+      sglang-log        SGLang log with 'Decode batch' lines (accept len)        → intervals
+      aiperf-records    AIPerf profile_export.jsonl with spec_decode_acceptance  → requests, rounds
+      trtllm-responses  TensorRT-LLM responses (JSONL), per-choice spec stats    → requests, rounds
 
     Prints rows written per table, records skipped per reason, and notes on
     what had to be assumed (also written to OUT/import_notes/). Input that is
@@ -492,5 +503,6 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or use --list TRACES / --remove ID --out TRACES)")
     summary = api.import_traces(source, files, out, list(deployment), model=model, method=method,
-                                num_speculative_tokens=num_speculative_tokens, year=year)
+                                num_speculative_tokens=num_speculative_tokens, year=year,
+                                sglang_version=sglang_version, time=time)
     click.echo("\n".join(summary.lines()))

@@ -223,10 +223,13 @@ def test_hybrid_model_pool_usages(tmp_path):
     out = tmp_path / "t"
     import_sglang_log([LOGS / "hybrid_mamba.log"], out, "sg", sglang_version="0.5.11")
     assert intervals(out) == [
-        # no "token usage": full token usage 0.74, mamba usage 0.80 → the larger, 0.80
-        interval("TP0", None, "2026-07-04T05:01:33", 40, 0, 155.34, 0.80, 3.13),
-        # cut after "accept len: 3.56,": full 0.76, mamba 0.80 → 0.80
-        interval("TP0", "2026-07-04T05:01:33", "2026-07-04T05:01:36", 40, None, None, 0.80, 3.56),
+        # no "token usage": full token usage 0.74, mamba usage 0.80 → the larger, 0.80; accept rate 0.71
+        # as 0.5.11 means it (schemas/intervals.json has the rate columns now)
+        interval("TP0", None, "2026-07-04T05:01:33", 40, 0, 155.34, 0.80, 3.13,
+                 reported_accept_rate=0.71, reported_accept_rate_definition=NEW_RATE),
+        # cut after "accept len: 3.56,": full 0.76, mamba 0.80 → 0.80; no rate printed
+        interval("TP0", "2026-07-04T05:01:33", "2026-07-04T05:01:36", 40, None, None, 0.80, 3.56,
+                 reported_accept_rate=None, reported_accept_rate_definition=None),
     ]
     text = notes(out)
     assert "kv_cache_usage on 2 intervals is the largest pool usage printed (full, swa, mamba)" in text

@@ -486,8 +486,8 @@ def test_vllm_log_intervals(vlog):
     none = {"running_requests": None, "waiting_requests": None, "generation_tokens_per_s": None,
             "kv_cache_usage": None}
     assert got == [
-        # 07:49:11, the file's first line: no start. Accepted 124, mean 2.55:
-        # num_drafts = round(124 / 1.55) = 80; per position round(0.8·80, 0.5·80, 0.25·80) = 64, 40, 20.
+        # 07:49:11, the file's first line: no start. Drafted 240 over k = 3 positions: 80 steps,
+        # and 1 + 124 / 80 = 2.55 is the printed mean; per position round(0.8·80, 0.5·80, 0.25·80) = 64, 40, 20.
         # The Engine 000 line just before it: Running 4, Waiting 0, 88.1 tokens/s, KV 3.1 %
         {"deployment_id": "eagle-a", "series": series, "start_time": None, "end_time": t("2026-05-30T07:49:11"),
          "num_drafts": 80, "num_draft_tokens": 240, "num_accepted_tokens": 124,
@@ -495,7 +495,8 @@ def test_vllm_log_intervals(vlog):
          "running_requests": 4, "waiting_requests": 0, "generation_tokens_per_s": 88.1,
          "kv_cache_usage": pytest.approx(0.031), "reported_accept_length": 2.55,
          "reported_accept_length_definition": mean},
-        # 97 / 1.39 = 69.78 → 70; 0.714·70 = 49.98 → 50, 0.443·70 = 31.01 → 31, 0.229·70 = 16.03 → 16
+        # 210 / 3 = 70, and 1 + 97 / 70 = 2.386 prints 2.39; 0.714·70 = 49.98 → 50, 0.443·70 = 31.01 → 31,
+        # 0.229·70 = 16.03 → 16
         {"deployment_id": "eagle-a", "series": series, "start_time": t("2026-05-30T07:49:11"),
          "end_time": t("2026-05-30T07:49:21"),
          "num_drafts": 70, "num_draft_tokens": 210, "num_accepted_tokens": 97,
@@ -503,11 +504,11 @@ def test_vllm_log_intervals(vlog):
          "running_requests": 3, "waiting_requests": 0, "generation_tokens_per_s": 71.5,
          "kv_cache_usage": pytest.approx(0.027), "reported_accept_length": 2.39,
          "reported_accept_length_definition": mean},
-        # 101 / 0.50 = 202 (the engine had 203: the mean 1.4975 was printed as 1.50, hence "approximate");
-        # 0.345·202 = 69.69 → 70, 0.123·202 = 24.85 → 25, 0.030·202 = 6.06 → 6. No load line before it.
+        # 609 / 3 = 203, and 1 + 101 / 203 = 1.4975 prints 1.50 (round(101 / 0.50) would say 202);
+        # 0.345·203 = 70.04 → 70, 0.123·203 = 24.97 → 25, 0.030·203 = 6.09 → 6. No load line before it.
         {"deployment_id": "eagle-a", "series": series, "start_time": t("2026-05-30T07:49:21"),
          "end_time": t("2026-05-30T07:49:31"),
-         "num_drafts": 202, "num_draft_tokens": 609, "num_accepted_tokens": 101,
+         "num_drafts": 203, "num_draft_tokens": 609, "num_accepted_tokens": 101,
          "accepted_per_position": [70, 25, 6], "source": "vllm_log", **none,
          "reported_accept_length": 1.50, "reported_accept_length_definition": mean},
         # mean 1.00: mean − 1 = 0, num_drafts unknown. It starts at 07:49:36, the metrics line that did
@@ -528,7 +529,8 @@ def test_vllm_log_skipped_lines_and_notes(vlog):
     assert "        1  metrics line that does not parse" in stdout
     assert "        1  metrics line without a date and time" in stdout
     kept = notes(out)
-    assert any(n.startswith("num_drafts is approximate on 3 intervals") for n in kept)
+    assert any(n.startswith("num_drafts = Drafted / k on 3 intervals") for n in kept)
+    assert not any(n.startswith("num_drafts is approximate") for n in kept)
     assert any(n.startswith("num_drafts unknown on 1 interval") for n in kept)
     fixture = FIXTURES / "vllm.log"
     assert f"1 line skipped (metrics line that does not parse), first at {fixture}:11" in kept
@@ -563,8 +565,12 @@ def test_vllm_log_parser_anchors_on_avg_draft_acceptance_rate():
             "Per-position acceptance rate: 0.900, 0.700, 0.500, Avg Draft acceptance rate: 52.5%")
     assert parse_metrics(text) == {"layout": "newest", "cumulative": False, "accepted": 210, "drafted": 400,
                                    "emitted": None, "k": None, "mean": 3.10, "rates": [0.9, 0.7, 0.5]}
-    assert num_drafts_from(210, 3.10) == 100            # 210 / 2.10
-    assert num_drafts_from(0, 1.00) is None
+    assert num_drafts_from(210, 3.10) == (100, "approximate")          # 210 / 2.10
+    # 100 steps of at most 3 drafts can't have drafted 400 tokens: at least ceil(400 / 3) = 134
+    assert num_drafts_from(210, 3.10, 400, 3) == (134, "approximate")
+    assert num_drafts_from(210, 3.10, 80, 3) == (80, "approximate")    # nor more steps than drafted tokens
+    assert num_drafts_from(210, 3.10, 300, 3) == (100, "fixed_k")      # 300 / 3, and 1 + 210 / 100 = 3.10
+    assert num_drafts_from(0, 1.00) == (None, None)
 
 
 # =========================================================================== prometheus
@@ -725,12 +731,13 @@ def test_intervals_schema_declaration():
     assert types == {"deployment_id": ("VARCHAR", True), "series": ("VARCHAR", False),
                      "start_time": ("TIMESTAMP", False),
                      "end_time": ("TIMESTAMP", True), "num_drafts": ("BIGINT", False),
-                     "num_draft_tokens": ("BIGINT", True), "num_accepted_tokens": ("BIGINT", True),
+                     "num_draft_tokens": ("BIGINT", False), "num_accepted_tokens": ("BIGINT", False),
                      "accepted_per_position": ("BIGINT[]", False), "source": ("VARCHAR", True),
                      "running_requests": ("BIGINT", False), "waiting_requests": ("BIGINT", False),
                      "generation_tokens_per_s": ("DOUBLE", False), "kv_cache_usage": ("DOUBLE", False),
                      "reported_accept_length": ("DOUBLE", False),
-                     "reported_accept_length_definition": ("VARCHAR", False)}
+                     "reported_accept_length_definition": ("VARCHAR", False),
+                     "reported_accept_rate": ("DOUBLE", False), "reported_accept_rate_definition": ("VARCHAR", False)}
     assert [r["reason"] for r in doc["rules"]] == ["time_order"]
 
 

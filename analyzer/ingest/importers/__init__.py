@@ -20,22 +20,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from .aiperf import import_aiperf_records
 from .common import ImportConflict, ImportInputError, ImportSummary, MalformedInput, Overrides
 from .prometheus import DeploymentMap, import_prometheus
+from .sglang_log import import_sglang_log
 from .sglang_responses import import_sglang_responses
+from .trtllm_responses import import_trtllm_responses
 from .vllm_log import import_vllm_log
 from .vllm_responses import import_vllm_responses
 
-SOURCES = ("vllm-responses", "vllm-log", "prometheus", "sglang-responses")
+SOURCES = ("vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log", "aiperf-records",
+           "trtllm-responses")
 
 __all__ = ["SOURCES", "DeploymentMap", "ImportConflict", "ImportInputError", "ImportSummary", "MalformedInput",
-           "Overrides", "import_prometheus", "import_sglang_responses", "import_vllm_log", "import_vllm_responses",
-           "run_import"]
+           "Overrides", "import_aiperf_records", "import_prometheus", "import_sglang_log", "import_sglang_responses",
+           "import_trtllm_responses", "import_vllm_log", "import_vllm_responses", "run_import"]
 
 
 def run_import(source: str, files: Sequence[str | Path], out: str | Path, deployment: str | Sequence[str], *,
                model: str | None = None, method: str | None = None, num_speculative_tokens: int | None = None,
-               year: int | None = None) -> ImportSummary:
+               year: int | None = None, sglang_version: str | None = None,
+               time: str | None = None) -> ImportSummary:
     """Run the importer of ``source`` (one of SOURCES). ``deployment`` is one id; for prometheus it may
     also be a list of ``label=value:ID`` pairs."""
     overrides = Overrides(model=model, method=method, num_speculative_tokens=num_speculative_tokens)
@@ -43,15 +48,25 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
         raise ImportInputError(f"unknown source {source!r}: expected one of {', '.join(SOURCES)}")
     if year is not None and source != "vllm-log":
         raise ImportInputError("--year applies to vllm-log only")
+    if time is not None and source != "prometheus":
+        raise ImportInputError("--time applies to prometheus only")
+    if sglang_version is not None and source != "sglang-log":
+        raise ImportInputError("--sglang-version applies to sglang-log only")
     if not files:
         raise ImportInputError("no input FILE given")
     if source == "prometheus":
-        return import_prometheus(files, out, deployment, overrides)
+        return import_prometheus(files, out, deployment, overrides, time=time)
     ids = [deployment] if isinstance(deployment, str) else list(deployment)
     if len(ids) != 1 or not ids[0]:
         raise ImportInputError(f"--deployment: {source} takes exactly one deployment id")
     if source == "vllm-log":
         return import_vllm_log(files, out, ids[0], overrides, year=year)
+    if source == "sglang-log":
+        return import_sglang_log(files, out, ids[0], overrides, sglang_version=sglang_version)
     if source == "vllm-responses":
         return import_vllm_responses(files, out, ids[0], overrides)
+    if source == "aiperf-records":
+        return import_aiperf_records(files, out, ids[0], overrides)
+    if source == "trtllm-responses":
+        return import_trtllm_responses(files, out, ids[0], overrides)
     return import_sglang_responses(files, out, ids[0], overrides)

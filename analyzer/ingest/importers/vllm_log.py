@@ -145,12 +145,23 @@ def parse_metrics(text: str) -> dict | None:
             "emitted": None, "k": None, "mean": mean, "rates": rates}
 
 
-def num_drafts_from(accepted: int, mean: float | None) -> int | None:
-    """round(Accepted / (mean − 1)) when mean − 1 > 0: approximate, the mean has 2 decimals."""
+def num_drafts_from(accepted: int, mean: float | None, drafted: int | None = None,
+                    k: int | None = None) -> tuple[int | None, str | None]:
+    """(num_drafts, how): ``fixed_k`` when drafted / k (every step drafted k tokens) agrees
+    with the printed mean, else ``approximate``, round(Accepted / (mean − 1)), kept within
+    what the drafted tokens allow; (None, None) when the mean says nothing (1.00 or absent)."""
     if mean is None or not math.isfinite(mean) or mean - 1 <= 0:
-        return None
+        return None, None
+    if k and drafted and drafted % k == 0:
+        n = drafted // k
+        if abs((1 + accepted / n) - mean) <= 0.005 + 1e-9:     # the mean is printed to 2 decimals
+            return n, "fixed_k"
     n = round_half_up(accepted / (mean - 1))
-    return n if n > 0 else None
+    if drafted:
+        n = min(n, drafted)                     # every draft step drafts at least one token
+        if k:
+            n = max(n, -(-drafted // k))        # … and at most k
+    return (n, "approximate") if n > 0 else (None, None)
 
 
 def parse_load(text: str) -> dict:
@@ -219,8 +230,8 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NOT_PARSED, NO_TIME, BAD_DATE,
                                                                         FIRST_CUMULATIVE}))
     cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}
-    counts = {"approximate": 0, "unknown_drafts": 0, "restarts": 0, "backwards": 0, "rollovers": 0,
-              "v0_inexact": 0}
+    counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0, "backwards": 0,
+              "rollovers": 0, "v0_inexact": 0}
     layouts: dict[str, int] = {}
     where: dict[str, list[str]] = {}     # skip reason → first places (file:line)
     max_positions = 0
@@ -240,7 +251,9 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         except OSError as exc:
             raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
         series_of: dict[str, _Series] = {}
-        engine_of: dict[str, str] = {}           # process prefix → the Engine of its last load line
+        # A process that logs for one engine only: its spec lines are that engine's, even the
+        # ones with no load line before them (a log excerpt that starts between the two).
+        engine_of = {process: names.pop() for process, names in _engines(path).items() if len(names) == 1}
         with fh:
             for number, raw in enumerate(fh, start=1):
                 line = _ANSI.sub("", raw.rstrip("\r\n"))
@@ -251,7 +264,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 if marker is None:
                     if "Avg generation throughput" in line or "GPU KV cache usage" in line:
                         engine = _ENGINE.search(line)
-                        name = process + (f" Engine {engine.group(1)}" if engine else "")
+                        name = (process + (f" Engine {engine.group(1)}" if engine else "")).strip()
                         engine_of[process] = name
                         series_of.setdefault(name, _Series(year=year)).load = parse_load(line)
                     else:
@@ -281,9 +294,10 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                         continue
                     start = series.previous_end if interval.pop("continues") else None
                 else:
-                    n = num_drafts_from(numbers["accepted"], numbers["mean"])
-                    counts["approximate" if n is not None else "unknown_drafts"] += 1
                     rates = numbers["rates"]
+                    n, how = num_drafts_from(numbers["accepted"], numbers["mean"], numbers["drafted"],
+                                             len(rates) or None)
+                    counts[how or "unknown_drafts"] += 1
                     interval = {"num_drafts": n, "num_draft_tokens": numbers["drafted"],
                                 "num_accepted_tokens": numbers["accepted"],
                                 "accepted_per_position": [round_half_up(r * n) for r in rates]
@@ -322,6 +336,21 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     return finish(writer, summary, deployment_id)
 
 
+def _engines(path: Path) -> dict[str, set[str]]:
+    """Process prefix → the series names of the engines its load lines name."""
+    found: dict[str, set[str]] = {}
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for raw in fh:
+            line = _ANSI.sub("", raw.rstrip("\r\n"))
+            engine = _ENGINE.search(line)
+            if engine is None or _MARKER.search(line):
+                continue
+            level = _LEVEL.search(" " + line)
+            process = _series_key(line[:level.start()] if level else "")
+            found.setdefault(process, set()).add(f"{process} Engine {engine.group(1)}".strip())
+    return found
+
+
 def _v0_interval(numbers: dict, series: _Series, counts: dict) -> dict | None:
     """The difference of a V0 line and the series' previous one; None for a series' first line.
 
@@ -357,6 +386,10 @@ def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, 
     note(f"log times have no year and no time zone: read as UTC in {year}"
          + (f" ({plural(counts['rollovers'], 'year rollover')} from December to January)"
             if counts["rollovers"] else ""))
+    if counts["fixed_k"]:
+        note(f"num_drafts = Drafted / k on {plural(counts['fixed_k'], 'interval')} (k = the number of "
+             "per-position rates), where that agrees with the printed mean acceptance length: every step "
+             "drafted k tokens; accepted_per_position = round(rate × num_drafts)")
     if counts["approximate"]:
         note(f"num_drafts is approximate on {plural(counts['approximate'], 'interval')}: "
              "round(Accepted / (mean acceptance length − 1)), the mean printed to 2 decimals; "
