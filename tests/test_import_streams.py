@@ -174,11 +174,15 @@ def test_malformed_sparse_histogram_is_exit_2_naming_the_line(tmp_path):
 
 
 def test_stream_without_usage_chunk_is_skipped_and_counted(tmp_path):
-    # vLLM issue #6083: a stream requested without stream_options.include_usage
-    out, stdout = imported(tmp_path, STREAMS / "no_usage.sse")
-    assert rows(out, "requests") == [] and rows(out, "rounds") == []
-    assert f"        1  {NO_USAGE}" in stdout
-    assert f"1 record skipped: {NO_USAGE}" in notes(out)
+    # vLLM issue #6083: a stream requested without stream_options.include_usage. Nothing else in the
+    # file, so nothing imports: exit 2 naming the file, the reason and where, and nothing written.
+    out = tmp_path / "t"
+    result = run("import", "vllm-responses", STREAMS / "no_usage.sse", "--deployment", "d", "--out", out)
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    # (an unfinished stream is only known to be one at the end of the input, so it has no line)
+    assert line == f"Error: {STREAMS / 'no_usage.sse'}: nothing to import: no request became a trace row (1 {NO_USAGE})"
+    assert not out.exists()
 
 
 def test_mixed_file_whole_responses_and_streams(tmp_path):
@@ -225,9 +229,10 @@ def test_the_same_id_streamed_twice_is_a_repeated_request(tmp_path):
 def test_done_alone_and_done_wrapped(tmp_path):
     src = tmp_path / "done.txt"
     src.write_text('data: [DONE]\n\n{"data": "[DONE]"}\ndata:[DONE]\n', encoding="utf-8")
-    out, stdout = imported(tmp_path, src)
-    assert rows(out, "requests") == []
-    assert "skipped:" not in stdout
+    # [DONE] is framing, never a skipped record: nothing at all to import
+    result = run("import", "vllm-responses", src, "--deployment", "d", "--out", tmp_path / "t")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: {src}: nothing to import: no request became a trace row (no records)"
 
 
 def test_streams_and_whole_responses_from_several_files(tmp_path):

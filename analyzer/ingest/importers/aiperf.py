@@ -93,7 +93,7 @@ def import_aiperf_records(files: Sequence[str | Path], out: str | Path, deployme
     first, counts = FirstSkip(), _Counts()
     records: list[_Record] = []
     seen: set[str] = set()
-    for where, obj in job.records(files):
+    for where, obj in job.located(job.records(files)):
         record = _parse(obj, where, job.summary, first, counts, seen)
         if record is not None:
             records.append(record)

@@ -96,12 +96,16 @@ class ImportSummary:
     notes: list[tuple[str | None, str]] = field(default_factory=list)  # (deployment_id or None, text)
     deployments: dict[str, str] = field(default_factory=dict)  # deployment_id → new row | already present
     quiet_reasons: frozenset[str] = frozenset()                # skip reasons not persisted as notes
+    at: str | None = None                                      # the record being read (file:line), if known
+    places: dict[str, list[str]] = field(default_factory=dict)  # reason → its first three places
 
     def note(self, text: str, deployment_id: str | None = None) -> None:
         self.notes.append((deployment_id, text))
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] += n
+        if self.at is not None and len(self.places.setdefault(reason, [])) < 3:
+            self.places[reason].append(self.at)
 
     def lines(self) -> list[str]:
         """The summary as printed by ``specan import``."""
@@ -117,7 +121,8 @@ class ImportSummary:
         if self.skipped:
             out.append("skipped:")
             for reason, n in sorted(self.skipped.items(), key=lambda kv: (-kv[1], kv[0])):
-                out.append(f"  {n:>9}  {reason}")
+                first = self.places.get(reason)
+                out.append(f"  {n:>9}  {reason}" + (f" (first at {', '.join(first)})" if first else ""))
         if self.notes:
             out.append("notes:")
             for dep, text in self.notes:
@@ -126,7 +131,8 @@ class ImportSummary:
 
     def persisted_notes(self) -> list[tuple[str | None, str]]:
         """Notes plus the skip counts worth showing in a report."""
-        skips = [(None, f"{n} {'record' if n == 1 else 'records'} skipped: {reason}")
+        skips = [(None, f"{n} {'record' if n == 1 else 'records'} skipped: {reason}"
+                  + (f" (first at {', '.join(self.places[reason])})" if self.places.get(reason) else ""))
                  for reason, n in sorted(self.skipped.items()) if reason not in self.quiet_reasons]
         return self.notes + skips
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from collections.abc import Iterator, Sequence
 
-from .common import (ImportSummary, MalformedInput, Overrides, RoundsBuffer, TraceWriter, deployment_row, finish,
-                     is_int, is_number, parse_time, read_jsonl)
+from .common import (ImportInputError, ImportSummary, MalformedInput, Overrides, RoundsBuffer, TraceWriter,
+                     deployment_row, finish, is_int, is_number, parse_time, read_jsonl)
 
 # Wrapper keys that fill a requests column of the same name, and the JSON kind each takes.
 WRAPPER_COLUMNS = {
@@ -170,8 +170,22 @@ class ResponseImport:
             for lineno, obj in read_jsonl(Path(path), sse=sse):
                 yield Where(Path(path), lineno), obj
 
+    def located(self, records: Iterator[tuple[Where, object]]) -> Iterator[tuple[Where, object]]:
+        """The records, each recorded as the summary's current place, so a skip names its line."""
+        for where, obj in records:
+            self.summary.at = f"{where.path}:{where.line}"
+            yield where, obj
+        self.summary.at = None
+
     def write(self, overrides: Overrides, num_spec_tokens: int | None) -> ImportSummary:
         """The deployments row, then the requests and rounds files; returns the summary."""
+        if not self.requests.ids:
+            skipped = ", ".join(f"{n} {reason}" + (f" (first at {self.summary.places[reason][0]})"
+                                                   if self.summary.places.get(reason) else "")
+                                for reason, n in self.summary.skipped.most_common())
+            raise ImportInputError(f"{', '.join(str(p) for p in self.writer.inputs) or self.writer.out}: nothing to "
+                                   f"import: no request became a trace row"
+                                   + (f" ({skipped})" if skipped else " (no records)"))
         model = self.models.most_common(1)[0][0] if self.models else None
         row = deployment_row(self.deployment_id, overrides, model=model,
                              speculated=self.tally.spec_requests > 0, num_spec_tokens=num_spec_tokens)

@@ -40,7 +40,7 @@ def import_sglang_responses(files: Sequence[str | Path], out: str | Path, deploy
     job = ResponseImport(SOURCE, out, deployment_id, files, options=f"deployment={deployment_id} {overrides}")
     gammas: list[int] = []
     names: Counter = Counter()
-    for where, obj in job.records(files):
+    for where, obj in job.located(job.records(files)):
         for item in (obj if isinstance(obj, list) else [obj]):
             _one(item, where, deployment_id, job.summary, job.requests, job.rounds, job.tally, job.models, gammas,
                  names, job.existing)

@@ -54,7 +54,7 @@ def import_trtllm_responses(files: Sequence[str | Path], out: str | Path, deploy
     first = FirstSkip()
     found: list[_Response] = []
     avg_decoded = Counter()
-    for where, obj in job.records(files):
+    for where, obj in job.located(job.records(files)):
         item = _parse(obj, where, deployment_id, job, first, avg_decoded)
         if item is not None:
             found.append(item)

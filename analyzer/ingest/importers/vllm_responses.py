@@ -47,7 +47,7 @@ def import_vllm_responses(files: Sequence[str | Path], out: str | Path, deployme
         _one(obj, where, deployment_id, overrides, job.summary, job.requests, job.rounds, job.tally, job.models,
              spec_tokens, job.existing)
 
-    for where, obj in job.records(files, sse=True):
+    for where, obj in job.located(job.records(files, sse=True)):
         body, framed = unframe(obj, where)
         if body is _END or streams.take(body, framed, where, job.summary):
             continue
