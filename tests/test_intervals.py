@@ -99,4 +99,19 @@ def test_acceptance_against_the_load_a_log_gives(tmp_path):
                    ("5-8", 2, 4.0, 0.5, pytest.approx(40 / 80), 85.0, pytest.approx(0.40))]
     report = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert "Acceptance against load: intervals grouped by the requests running" in report.stdout
-    assert "| d | 5-8 | 2 | 80 | 4.000 | 50.0% | 50.0% | 85.0 | 40.0% |" in report.stdout
+    assert "| d | 5-8 | 2 | 80 | 4.000 | 50.0% | 50.0% | – | 85.0 | 40.0% |" in report.stdout
+
+
+def test_a_log_with_only_the_engines_accept_length(tmp_path):
+    """SGLang's log prints its own accept length and no counts: the report shows it as the
+    engine printed it, with its definition, and never as 1 + accepted / drafts."""
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parent / "fixtures" / "sglang_logs" / "eagle3_tp0.log"
+    out = tmp_path / "t"
+    assert CliRunner().invoke(main, ["import", "sglang-log", str(log), "--deployment", "sg",
+                                     "--out", str(out)]).exit_code == 0
+    report = CliRunner().invoke(main, ["report", str(out)]).stdout
+    # the first line of each second is kept: accept len 2.17, 1.80, 1.57 → mean 5.54 / 3 = 1.8467
+    assert "| sg | 2025-10-22 10:00:00 | 3 | – | – | – | – | – | – | – | 1.85 | 1.0 |" in report
+    assert "in its own definition: tokens committed per request per verify step" in report

@@ -394,25 +394,31 @@ def _intervals(doc: dict) -> str:
              num(r["num_draft_tokens"]), num(r["num_accepted_tokens"]), num(r["mean_accept_length"]),
              pct(r["drafts_share"]), pct(r["acceptance_rate"]),
              ", ".join(pct(v) for v in r["vllm_rate"]) if r["vllm_rate"] else DASH,
-             num(r["mean_running_requests"], 1))
+             num(r["mean_reported_accept_length"], 2), num(r["mean_running_requests"], 1))
             for r in rows]
+    definitions = sorted({r["reported_accept_length_definition"] for r in rows + (doc.get("interval_load") or [])
+                          if r.get("reported_accept_length_definition")})
     text = ("## Aggregate counters (intervals)\n\n"
-            "From vLLM's speculative-decoding log lines or Prometheus counters, per hour. Accept length is "
+            "From engine logs (vLLM, SGLang) or Prometheus counters, per hour. Accept length is "
             "1 + accepted / drafts over the intervals with a draft count (\"drafts known\": the share of "
             "draft tokens in them). vLLM prints its mean acceptance length to 2 decimals, so a draft count "
             "derived from it is approximate (see the notes).\n\n"
             + table(["deployment", "hour", "intervals", "drafts", "draft tokens", "accepted", "accept length",
-                     "drafts known", "acceptance", "vLLM rate per position", "running reqs"], body))
+                     "drafts known", "acceptance", "vLLM rate per position", "engine's accept length",
+                     "running reqs"], body))
+    if definitions:
+        text += ("\nThe engine's accept length is the mean of what it printed, rounded as printed, in its own "
+                 "definition: " + "; ".join(definitions) + ". It is not recomputed as 1 + accepted / drafts.\n")
     load = doc.get("interval_load") or []
     if load:
         text += ("\nAcceptance against load: intervals grouped by the requests running when they ended "
                  "(the log's `Running: N reqs`, a batch-size proxy).\n\n"
                  + table(["deployment", "running reqs", "intervals", "draft tokens", "accept length",
-                          "drafts known", "acceptance", "gen tokens/s", "KV usage"],
+                          "drafts known", "acceptance", "engine's accept length", "gen tokens/s", "KV usage"],
                          [(r["deployment_id"], r["batch_bucket"], num(r["num_intervals"]),
                            num(r["num_draft_tokens"]), num(r["mean_accept_length"]), pct(r["drafts_share"]),
-                           pct(r["acceptance_rate"]), num(r["mean_generation_tokens_per_s"], 1),
-                           pct(r["mean_kv_cache_usage"])) for r in load]))
+                           pct(r["acceptance_rate"]), num(r["mean_reported_accept_length"], 2),
+                           num(r["mean_generation_tokens_per_s"], 1), pct(r["mean_kv_cache_usage"])) for r in load]))
     return text
 
 

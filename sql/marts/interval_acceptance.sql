@@ -5,7 +5,9 @@
 -- draft count (num_drafts), and drafts_share says what share of the hour's draft
 -- tokens those intervals hold: an hour with one interval lacking its count is not
 -- left blank. vllm_rate[i] = Σ accepted_per_position[i] / Σ num_drafts over the
--- intervals with both. Load columns average the intervals that carry them.
+-- intervals with both. Load columns average the intervals that carry them, and so does
+-- the accept length the engine printed (reported_accept_length, rounded as printed, in
+-- the engine's own definition: SGLang's is committed tokens per verify step).
 with by_hour as (
     select
         deployment_id,
@@ -20,7 +22,9 @@ with by_hour as (
         sum(num_drafts) filter (where accepted_per_position is not null) as drafts_with_positions,
         avg(running_requests order by series, end_time) as mean_running_requests,
         avg(generation_tokens_per_s order by series, end_time) as mean_generation_tokens_per_s,
-        avg(kv_cache_usage order by series, end_time) as mean_kv_cache_usage
+        avg(kv_cache_usage order by series, end_time) as mean_kv_cache_usage,
+        avg(reported_accept_length order by series, end_time) as mean_reported_accept_length,
+        min(reported_accept_length_definition) as reported_accept_length_definition
     from intervals
     group by all
 ),
@@ -60,6 +64,8 @@ select
     h.draft_tokens_with_drafts / nullif(h.num_draft_tokens, 0) as drafts_share,
     h.mean_running_requests,
     h.mean_generation_tokens_per_s,
-    h.mean_kv_cache_usage
+    h.mean_kv_cache_usage,
+    h.mean_reported_accept_length,
+    h.reported_accept_length_definition
 from by_hour as h
 left join positions as p on p.deployment_id = h.deployment_id and p.hour = h.hour

@@ -16,7 +16,9 @@ select
     sum(num_accepted_tokens) / nullif(sum(num_draft_tokens), 0) as acceptance_rate,
     sum(num_draft_tokens) filter (where num_drafts is not null) / nullif(sum(num_draft_tokens), 0) as drafts_share,
     avg(generation_tokens_per_s order by series, end_time) as mean_generation_tokens_per_s,
-    avg(kv_cache_usage order by series, end_time) as mean_kv_cache_usage
+    avg(kv_cache_usage order by series, end_time) as mean_kv_cache_usage,
+    avg(reported_accept_length order by series, end_time) as mean_reported_accept_length,
+    min(reported_accept_length_definition) as reported_accept_length_definition
 from intervals
 where running_requests is not null
 group by deployment_id, batch_bucket(running_requests)
