@@ -164,3 +164,37 @@ def test_april_2025_layout_parses_and_a_line_without_time_is_exit_2(tmp_path):
     assert result.stderr.startswith(f"Error: {LOGS / 'v1_2025-04.log'}: nothing to import: the first metrics "
                                     f"line that did not import is {LOGS / 'v1_2025-04.log'}:1; known layouts: ")
     assert not out.exists()                 # nothing half-written
+
+
+def test_log_shipper_timestamps_and_colours_do_not_split_a_series(tmp_path):
+    # The two real lines of v1_newest.log as a Kubernetes log shipper stores them (an RFC 3339 time and
+    # the stream first), one of them with vLLM's ANSI colours: one series, chained.
+    real = [line for line in (LOGS / "v1_newest.log").read_text().splitlines() if "SpecDecoding" in line]
+    shipped = [f"2025-05-08T16:25:09.412345678Z stdout F {real[0]}",
+               f"2025-05-08T16:25:19.398765432Z stdout F \x1b[1;36m{real[1][:22]}\x1b[0;0m{real[1][22:]}"]
+    log = tmp_path / "k8s.log"
+    log.write_text("\n".join(shipped) + "\n\n")
+    out = tmp_path / "traces"
+    result = CliRunner().invoke(main, ["import", "vllm-log", str(log), "--deployment", "d", "--year", "2025",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = sorted((r for p in (out / "intervals").glob("*.parquet")
+                   for r in pq.read_table(p, partitioning=None).to_pylist()), key=lambda r: r["end_time"])
+    # times from vLLM's own prefix; the shipper's time is only a fallback
+    assert [(r["series"], r["start_time"], r["end_time"]) for r in rows] == [
+        ("stdout F (APIServer pid=13026)", None, t("2025-05-08T16:25:09")),
+        ("stdout F (APIServer pid=13026)", t("2025-05-08T16:25:09"), t("2025-05-08T16:25:19"))]
+    assert [r["num_drafts"] for r in rows] == [262, 265]
+
+
+def test_the_shippers_time_when_vllm_printed_none(tmp_path):
+    line = [x for x in (LOGS / "v1_newest.log").read_text().splitlines() if "SpecDecoding" in x][0]
+    message = line[line.index("SpecDecoding"):]           # the message alone, as some collectors keep it
+    log = tmp_path / "bare.log"
+    log.write_text(f"2025-05-08T16:25:09+02:00 {message}\n2025-05-08T16:25:19+02:00 {message}\n")
+    out = tmp_path / "traces"
+    assert CliRunner().invoke(main, ["import", "vllm-log", str(log), "--deployment", "d",
+                                     "--out", str(out)]).exit_code == 0
+    ends = sorted(r["end_time"] for p in (out / "intervals").glob("*.parquet")
+                  for r in pq.read_table(p, partitioning=None).to_pylist())
+    assert ends == [t("2025-05-08T14:25:09"), t("2025-05-08T14:25:19")]      # +02:00 read as such, stored UTC
