@@ -1,0 +1,641 @@
+"""`specan import llamacpp-log`: llama.cpp server's per-request timings → intervals, requests.
+
+llama-server reports speculative decoding once per request, as totals: the drafts
+it generated and the drafts the target accepted, never the drafts of each round.
+It does so in two places, and this importer reads both, line by line, in any mix:
+
+**The log** (``print_timing``, after each request), in four layouts
+(docs/importers.md has the table, tests/fixtures/llamacpp/ real lines of each)::
+
+    slot print_timing: id  0 | task 854 |
+    prompt eval time =    4063.52 ms /    96 tokens (...)
+           eval time =   31868.65 ms /   221 tokens (...)
+          total time =   35932.18 ms /   317 tokens
+    draft acceptance rate = 0.69953 (  149 accepted /   213 generated)
+
+1. ``draft acceptance rate = R (A accepted / G generated)``, a bare line after the
+   multi-line timing block (examples/server, then tools/server, 2025-04 to 2026-05);
+2. ``draft acceptance = R (A accepted / G generated)`` after a ``graphs reused`` line
+   (PR #23279, 2026-05), bare or with every line's own ``slot print_timing: id S |
+   task T |`` prefix;
+3. … ``, mean acceptance length = M, acceptance rate per position = (r1, …)``
+   (PR #24536, 2026-06);
+4. … ``, mean len = M``, the rates per position only at trace verbosity, on a line
+   of their own: ``acc per pos = (r1, …)`` (current).
+
+Fields are read by their labels, so a layout is a set of fields. A block is the
+lines of one request: keyed by its ``slot S | task T`` prefix, or, for the bare
+lines of layout 1, by the process prefix (a log shipper's or llama-swap's text
+before llama.cpp's) and the ``slot print_timing: id S | task T |`` line before them.
+
+**Times.** llama.cpp prints no wall-clock time: its ``--log-timestamps`` count
+minutes from the server's start. A block is imported only when its lines carry a
+log shipper's ISO-8601 timestamp (``docker logs -t``, ``journalctl -o
+short-iso-precise``, read as UTC without an offset); the others are skipped and
+counted, never given a time.
+
+**The JSON responses** (JSONL, or a captured stream's ``data:`` lines; optionally
+in the ``{"response": …, "sent_at": …}`` wrapper of the other response importers):
+the ``timings`` object (``prompt_n``, ``prompt_ms``, ``predicted_n``,
+``predicted_ms``, ``cache_n``, and ``draft_n`` / ``draft_n_accepted`` when the
+request drafted).
+
+**What is written** (only what is exact; docs/importers.md says what is lost):
+
+- each request that drafted → one ``intervals`` row, its own series: drafted and
+  accepted exactly; num_drafts (verification steps) from a printed mean and rates:
+  exact when they allow one whole number, else approximate (noted), else null;
+- each JSON response → one ``requests`` row (prompt and output tokens, finish
+  reason, times laid out with llama.cpp's own durations);
+- rounds only where they are exact: for a deployment in which no request drafted,
+  output_tokens − 1 plain rounds per response. Rounds of a request that drafted
+  can't be rebuilt: its number of rounds and the drafts of each are not printed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .common import (STOP_REASON, ImportInputError, ImportSummary, Overrides, RoundsBuffer, TraceWriter,
+                     datetime_us, deployment_row, epoch_us, finish, is_number, ms_us, parse_time, reconcile)
+from .responses import FINISH_REASON, OPTIONAL_REQUEST_COLUMNS, RequestsBuffer, Where, get, wrapper_values
+
+SOURCE = "llamacpp-log"
+LOG_SOURCE = "llamacpp_log"             # intervals.source of a log block
+RESPONSE_SOURCE = "llamacpp_response"   # intervals.source of a JSON response's timings
+
+# skip reasons
+OTHER_LINE = "not llama.cpp timing output"
+NOT_PARSED = "timing line that does not parse"
+CONTRADICTS = ("draft acceptance line whose counts contradict it (accepted > generated, or rate ≠ accepted / "
+               "generated)")
+NO_DRAFT_LINE = ("print_timing block without a draft acceptance line (the request drafted nothing, or the server "
+                 "does not speculate)")
+NO_CLOCK = "timing block without a wall-clock time (llama.cpp's own log times count from the server's start)"
+BAD_DATE = "timing line with an impossible date"
+JSON_BROKEN = "JSON line that does not parse"
+NO_TIMINGS = "JSON record without a timings object (a stream chunk, an error)"
+PARTIAL = "stream chunk before the last one (timings_per_token: the request's timings so far)"
+TIMINGS_INCOMPLETE = "timings object without prompt_ms, predicted_n or predicted_ms, or with a negative value"
+RESP_NO_TIME = "response without sent_at or created (no wall-clock time)"
+NO_FINISH = "response without a finish reason"
+NO_PROMPT = "response without a prompt token count (usage, tokens_evaluated, or timings.cache_n + prompt_n)"
+MULTI_CHOICE = "response with more than one choice (its counts can't be split)"
+REPEATED = "request id already read in this import"
+
+LAYOUTS = ("`draft acceptance rate = R (A accepted / G generated)` on a bare line after the "
+           "`slot print_timing: id S | task T |` block (2025-04 to 2026-05)",
+           "`draft acceptance = R (A accepted / G generated)` after `graphs reused` (2026-05, PR #23279), bare or "
+           "with the `slot print_timing: id S | task T |` prefix on every line",
+           "… `, mean acceptance length = M, acceptance rate per position = (r1, …)` (2026-06, PR #24536)",
+           "… `, mean len = M`, rates per position on an `acc per pos = (…)` line at trace verbosity (current)",
+           "a JSON response or stream `data:` line with a `timings` object (`draft_n`, `draft_n_accepted` "
+           "from 2025-03, PR #12603)")
+
+MEAN_DEFINITION = "1 + accepted / verification steps, as llama.cpp prints it (2 decimals)"
+
+INTERVAL_COLUMNS = ("deployment_id", "series", "start_time", "end_time", "num_drafts", "num_draft_tokens",
+                    "num_accepted_tokens", "accepted_per_position", "source", "reported_accept_length",
+                    "reported_accept_length_definition")
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ISO = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
+_LLAMA_TIME = re.compile(r"(?<![\d.])\d+\.\d{2}\.\d{3}\.\d{3}(?: [IWEDT])?(?= |$)")  # M.SS.mmm.uuu and level
+_SLOT = re.compile(r"slot print_timing: id\s+(\d+) \| task (-?\d+) \|")
+_LABEL = re.compile(r"prompt eval time =|eval time =|total time =|draft acceptance|acc per pos =")
+_NOT_SERVER = ("llama_perf_", "llama_print_timings")   # llama-cli / llama-bench's own timing lines
+_N = r"(-?\d+(?:\.\d+)?|-?nan|-?inf)"
+_PROMPT = re.compile(r"prompt eval time =\s*" + _N + r" ms /\s*(\d+) tokens")
+_EVAL = re.compile(r"^eval time =\s*" + _N + r" ms /\s*(\d+) tokens")
+_TOTAL = re.compile(r"total time =\s*" + _N + r" ms /\s*(\d+) tokens")
+_DRAFT = re.compile(r"draft acceptance( rate)? =\s*" + _N + r" \(\s*(\d+) accepted /\s*(\d+) generated\)")
+_MEAN = re.compile(r", mean (acceptance length|len) =\s*" + _N)
+_RATES = re.compile(r"(?:acceptance rate per position|acc per pos) = \(([^)]*)\)")
+
+
+def round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def drafts_from(accepted: int, drafted: int, mean: float | None, rates: list[float]) -> tuple[int | None, bool]:
+    """(num_drafts, exact) from a printed mean acceptance length (``%5.2f`` of 1 + accepted / steps)
+    and rates per position (``%.3f`` of accepted at position i / steps).
+
+    The steps n must print as the mean (|1 + accepted / n − mean| ≤ 0.005), lie in 1..drafted (a
+    step drafts at least one token), and, with rates, give each position a whole count within
+    0.0005·n of rate·n, the counts summing to accepted. When one n is left it is exact; else the
+    nearest to accepted / (mean − 1) among those left, approximate. (None, False) without a mean
+    or with 1.00 (nothing accepted: the steps are not in the line)."""
+    if mean is None or mean - 1 <= 0 or accepted <= 0:
+        return None, False
+    low = max(1, math.ceil(accepted / (mean - 1 + 0.005) - 1e-9))
+    high = drafted if mean - 1 - 0.005 <= 0 else min(drafted, math.floor(accepted / (mean - 1 - 0.005) + 1e-9))
+
+    def fits(n: int) -> bool:
+        if not rates:
+            return True
+        lows = [math.ceil(n * (r - 0.0005) - 1e-9) for r in rates]
+        highs = [math.floor(n * (r + 0.0005) + 1e-9) for r in rates]
+        return all(lo <= hi for lo, hi in zip(lows, highs)) and sum(lows) <= accepted <= sum(highs)
+
+    left = [n for n in range(low, high + 1) if fits(n)] if high - low < 100_000 else []
+    if len(left) == 1:
+        return left[0], True
+    guess = round_half_up(accepted / (mean - 1))
+    if left:
+        return min(left, key=lambda n: (abs(n - guess), n)), False
+    return (guess if 0 < guess <= drafted else None), False
+
+
+def _float(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def parse_draft(body: str) -> dict | None:
+    """The fields of a ``draft acceptance`` text (from the label on), or None when it doesn't parse.
+    Keys: rate, accepted, drafted, mean, rates, layout."""
+    m = _DRAFT.match(body)
+    if m is None:
+        return None
+    mean = _MEAN.search(body, m.end())
+    rates = _RATES.search(body, m.end())
+    try:
+        rate = _float(m.group(2))
+        mean_value = _float(mean.group(2)) if mean else None
+        rate_values = [float(r) for r in rates.group(1).split(",")] if rates and rates.group(1).strip() else []
+    except ValueError:
+        return None
+    if any(not math.isfinite(r) for r in rate_values):
+        rate_values = []
+    label = mean.group(1) if mean else None
+    layout = ("mean acceptance length" if label == "acceptance length" else "mean len" if label == "len"
+              else "rate" if m.group(1) else "acceptance")
+    return {"rate": rate, "accepted": int(m.group(3)), "drafted": int(m.group(4)), "mean": mean_value,
+            "rates": rate_values, "layout": layout}
+
+
+def consistent(numbers: dict) -> bool:
+    """accepted ≤ generated > 0, and the printed rate (%0.5f of a float) is accepted / generated."""
+    drafted, accepted, rate = numbers["drafted"], numbers["accepted"], numbers["rate"]
+    if drafted <= 0 or accepted > drafted:
+        return False
+    return rate is None or abs(rate - accepted / drafted) <= 1e-5
+
+
+def _shipper_time(prefix: str) -> tuple[int | None, str | None]:
+    """A log shipper's ISO-8601 timestamp in the text before llama.cpp's (epoch µs, UTC without offset)."""
+    m = _ISO.search(prefix)
+    if m is None:
+        return None, None
+    fraction = (m.group(3) or "")[:6]
+    tz = m.group(4) or ""
+    if tz == "Z":
+        tz = "+00:00"
+    elif tz and ":" not in tz:
+        tz = tz[:3] + ":" + tz[3:]
+    try:
+        when = dt.datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}{'.' + fraction if fraction else ''}{tz}")
+    except ValueError:
+        return None, BAD_DATE
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return datetime_us(when), None
+
+
+def _process(prefix: str) -> str:
+    """The process prefix of a line: the text before llama.cpp's, without times and colours."""
+    key = _LLAMA_TIME.sub("", _ISO.sub("", prefix))
+    return re.sub(r"\s+", " ", key).strip()
+
+
+@dataclass
+class _Block:
+    """The lines of one request's print_timing output read so far."""
+    place: str                       # file:line of its first line
+    slot: int | None = None
+    task: int | None = None
+    process: str = ""
+    time: int | None = None          # the latest shipper time among its lines
+    problem: str | None = None       # BAD_DATE on one of its lines
+    prompt_ms: float | None = None
+    eval_ms: float | None = None
+    total_ms: float | None = None
+    seen: set = field(default_factory=set)
+
+
+@dataclass
+class _Response:
+    """One JSON response with timings, ready for a requests row (and an intervals row if it drafted)."""
+    place: str
+    request_id: str
+    model: str | None
+    arrival: int
+    first_token: int
+    finish: int
+    from_created: bool
+    prompt_tokens: int
+    output_tokens: int
+    finish_reason: str
+    stop_reason: str | None
+    drafted: int | None
+    accepted: int | None
+    wrapper: dict
+
+
+class _Import:
+    def __init__(self, files: Sequence[str | Path], out: str | Path, deployment_id: str, overrides: Overrides):
+        self.files = [Path(p) for p in files]
+        self.deployment_id = deployment_id
+        self.overrides = overrides
+        self.writer = TraceWriter(Path(out), SOURCE, self.files, options=f"deployment={deployment_id} {overrides}")
+        self.writer.check_layout(("requests", "rounds", "intervals", "import_notes"))
+        self.summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({
+            OTHER_LINE, NOT_PARSED, CONTRADICTS, NO_DRAFT_LINE, NO_CLOCK, BAD_DATE, JSON_BROKEN, NO_TIMINGS,
+            TIMINGS_INCOMPLETE, RESP_NO_TIME, NO_FINISH, NO_PROMPT, MULTI_CHOICE, REPEATED, PARTIAL}))
+        self.where: dict[str, list[str]] = {}      # skip reason → first places
+        self.intervals: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS}
+        self.draft_kinds: list[str] = []           # per intervals row: exact_drafts, approximate, unknown_drafts
+        self.responses: list[_Response] = []
+        self.layouts: Counter = Counter()
+        self.counts: Counter = Counter()
+        self.ids: set[str] = set()
+        self.max_positions = 0
+        # per file
+        self.rows_in_file = 0
+        self.first_problem: tuple[int, str, str] | None = None    # line, file:line, reason
+
+    # -- bookkeeping
+
+    def skip(self, reason: str, place: str, timing_like: bool = True) -> None:
+        self.summary.skip(reason)
+        places = self.where.setdefault(reason, [])
+        if len(places) < 3:
+            places.append(place)
+        line = int(place.rsplit(":", 1)[1])
+        if timing_like and (self.first_problem is None or line < self.first_problem[0]):
+            self.first_problem = (line, place, reason)
+
+    # -- reading
+
+    def run(self) -> ImportSummary:
+        for path in self.files:
+            self.read(path)
+        return self.write()
+
+    def read(self, path: Path) -> None:
+        try:
+            fh = open(path, encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+        self.rows_in_file, self.first_problem = 0, None
+        self.blocks: dict[tuple, _Block] = {}       # open blocks: (process, slot, task) or ("bare", process)
+        self.headers: dict[str, tuple[int, int, int | None]] = {}   # process → slot, task, time of its header
+        self.done: dict[tuple, int] = {}            # (process, slot, task) → index of its intervals row
+        self.finish_reasons: dict[str, str] = {}    # stream id → the finish_reason of an earlier chunk
+        with fh:
+            for number, raw in enumerate(fh, start=1):
+                line = _ANSI.sub("", raw.rstrip("\r\n"))
+                place = f"{path}:{number}"
+                text = line.strip()
+                if text.startswith("{") or text.startswith("data:"):
+                    self.json_line(text, Where(path, number), place)
+                else:
+                    self.log_line(line, place)
+        for block in self.blocks.values():
+            self.skip(NO_DRAFT_LINE, block.place)
+        if not self.rows_in_file:
+            looked = (f"the first line that looks like llama.cpp timing output but did not import is "
+                      f"{self.first_problem[1]} ({self.first_problem[2]})" if self.first_problem else
+                      "no line looks like llama.cpp timing output (print_timing lines, or JSON responses with a "
+                      "timings object)")
+            hint = ("; keep a wall-clock time on each line (docker logs -t, journalctl -o short-iso-precise) or "
+                    "import the JSON responses" if self.first_problem and self.first_problem[2] == NO_CLOCK else "")
+            raise ImportInputError(f"{path}: nothing to import: {looked}{hint}; known layouts: {'; '.join(LAYOUTS)}")
+
+    # -- log lines
+
+    def log_line(self, line: str, place: str) -> None:
+        label = _LABEL.search(line)
+        slot = _SLOT.search(line)
+        if label is None or any(marker in line for marker in _NOT_SERVER):
+            if slot is not None and not line[slot.end():].strip():
+                process = _process(line[:slot.start()])
+                time, _ = _shipper_time(line[:slot.start()])
+                self.headers[process] = (int(slot.group(1)), int(slot.group(2)), time)
+            else:
+                self.summary.skip(OTHER_LINE)
+            return
+        prefixed = slot is not None and slot.end() <= label.start()
+        prefix = line[:slot.start()] if prefixed else line[:label.start()]
+        process = _process(prefix)
+        time, problem = _shipper_time(prefix)
+        body = line[label.start():]
+        if prefixed:
+            key = (process, int(slot.group(1)), int(slot.group(2)))
+            ids = key[1:]
+        else:
+            # A header belongs to the bare lines right after it (one log message): used once, so a
+            # later block without one never takes a stale slot and task.
+            key = ("bare", process)
+            header = self.headers.pop(process, None)
+            ids = header[:2] if header else (None, None)
+            time = time if time is not None else (header[2] if header else None)
+        name = label.group(0)
+        if name == "acc per pos =":
+            self.rates_line(body, (process, *ids), place)
+            return
+        if name == "draft acceptance":
+            self.draft_line(body, key, ids, process, time, problem, place)
+            return
+        pattern = {"prompt eval time =": _PROMPT, "eval time =": _EVAL, "total time =": _TOTAL}[name]
+        m = pattern.search(body)
+        if m is None:
+            self.skip(NOT_PARSED, place)
+            return
+        field_name = {"prompt eval time =": "prompt_ms", "eval time =": "eval_ms", "total time =": "total_ms"}[name]
+        block = self.blocks.get(key)
+        if block is not None and (field_name in block.seen or name == "prompt eval time ="):
+            self.skip(NO_DRAFT_LINE, block.place)    # the previous request ended without a draft line
+            block = None
+        if block is None:
+            block = self.blocks[key] = _Block(place, *ids, process=process)
+        block.seen.add(field_name)
+        setattr(block, field_name, _float(m.group(1)))
+        block.time = time if time is not None else block.time
+        block.problem = problem or block.problem
+
+    def draft_line(self, body: str, key: tuple, ids: tuple, process: str, time: int | None, problem: str | None,
+                   place: str) -> None:
+        numbers = parse_draft(body)
+        if numbers is None:
+            self.skip(NOT_PARSED, place)
+            return
+        block = self.blocks.pop(key, None) or _Block(place, *ids, process=process)
+        time = time if time is not None else block.time
+        problem = problem or block.problem
+        if not consistent(numbers):
+            self.skip(CONTRADICTS, place)
+            return
+        if time is None:
+            self.skip(problem or NO_CLOCK, place)
+            return
+        self.layouts[numbers["layout"]] += 1
+        duration = block.total_ms if block.total_ms is not None else (
+            block.prompt_ms + block.eval_ms if block.prompt_ms is not None and block.eval_ms is not None else None)
+        n, exact = drafts_from(numbers["accepted"], numbers["drafted"], numbers["mean"], numbers["rates"])
+        self.counts["no_start"] += duration is None
+        series = (f"{process} slot {block.slot} task {block.task}".strip() if block.slot is not None
+                  else f"{process} {place.rsplit('/', 1)[-1]}".strip())
+        self.add_interval(series=series, start=time - ms_us(duration) if duration is not None else None, end=time,
+                          drafts=n, exact=exact, drafted=numbers["drafted"], accepted=numbers["accepted"],
+                          rates=numbers["rates"], source=LOG_SOURCE, mean=numbers["mean"])
+        if block.slot is not None:
+            self.done[(process, block.slot, block.task)] = len(self.intervals["end_time"]) - 1
+
+    def rates_line(self, body: str, key: tuple, place: str) -> None:
+        """``acc per pos = (…)`` (trace verbosity) right after a ``mean len`` line: that request's rates,
+        which also narrow its num_drafts."""
+        m = _RATES.search(body)
+        index = self.done.pop(key, None)
+        if m is None or index is None:
+            self.summary.skip(OTHER_LINE)
+            return
+        try:
+            rates = [float(r) for r in m.group(1).split(",")] if m.group(1).strip() else []
+        except ValueError:
+            self.skip(NOT_PARSED, place)
+            return
+        if not rates or not all(math.isfinite(r) for r in rates):
+            return
+        cols = self.intervals
+        n, exact = drafts_from(cols["num_accepted_tokens"][index], cols["num_draft_tokens"][index],
+                               cols["reported_accept_length"][index], rates)
+        cols["num_drafts"][index] = n
+        cols["accepted_per_position"][index] = [round_half_up(r * n) for r in rates] if n else None
+        self.draft_kinds[index] = "exact_drafts" if exact else "approximate" if n is not None else "unknown_drafts"
+        self.max_positions = max(self.max_positions, len(rates))
+
+    def add_interval(self, *, series: str, start: int | None, end: int, drafts: int | None, exact: bool,
+                     drafted: int, accepted: int, rates: list[float], source: str, mean: float | None) -> None:
+        row = {"deployment_id": self.deployment_id, "series": series, "start_time": start, "end_time": end,
+               "num_drafts": drafts, "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
+               "accepted_per_position": [round_half_up(r * drafts) for r in rates] if rates and drafts else None,
+               "source": source, "reported_accept_length": mean,
+               "reported_accept_length_definition": MEAN_DEFINITION if mean is not None else None}
+        for column in INTERVAL_COLUMNS:
+            self.intervals[column].append(row[column])
+        self.draft_kinds.append("exact_drafts" if exact else "approximate" if drafts is not None else "unknown_drafts")
+        self.max_positions = max(self.max_positions, len(rates))
+        self.rows_in_file += 1
+
+    # -- JSON lines
+
+    def json_line(self, text: str, where: Where, place: str) -> None:
+        payload = text[5:].strip() if text.startswith("data:") else text
+        if payload == "[DONE]":
+            self.summary.skip(OTHER_LINE)
+            return
+        try:
+            obj = json.loads(payload)
+        except json.JSONDecodeError:
+            self.skip(JSON_BROKEN, place, timing_like="timings" in payload)
+            return
+        if not isinstance(obj, dict):
+            self.skip(JSON_BROKEN, place, timing_like=False)
+            return
+        wrapper, resp = (obj, obj["response"]) if isinstance(obj.get("response"), dict) else (None, obj)
+        choices = resp.get("choices") if isinstance(resp.get("choices"), list) else []
+        reason = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
+        rid = resp.get("id") if isinstance(resp.get("id"), str) else None
+        timings = resp.get("timings")
+        if not isinstance(timings, dict):
+            if rid is not None and isinstance(reason, str):
+                self.finish_reasons[rid] = reason         # a stream's finish chunk before its usage chunk
+            self.summary.skip(NO_TIMINGS)                 # expected (stream chunks): printed, not noted
+            return
+        if resp.get("stop") is False or (choices and reason is None and "usage" not in resp):
+            self.summary.skip(PARTIAL)                    # expected: printed, not noted
+            return
+        if len(choices) > 1:
+            self.skip(MULTI_CHOICE, place)
+            return
+        t = {key: get(timings, key, kind, where, f"timings.{key}") for key, kind in (
+            ("prompt_n", "integer"), ("prompt_ms", "number"), ("predicted_n", "integer"),
+            ("predicted_ms", "number"), ("cache_n", "integer"), ("draft_n", "integer"),
+            ("draft_n_accepted", "integer"))}
+        if (t["prompt_ms"] is None or t["predicted_n"] is None or t["predicted_ms"] is None
+                or any(v is not None and v < 0 for v in t.values())):
+            self.skip(TIMINGS_INCOMPLETE, place)
+            return
+        usage = get(resp, "usage", "object", where) or {}
+        output_tokens = get(usage, "completion_tokens", "integer", where, "usage.completion_tokens")
+        output_tokens = output_tokens if output_tokens is not None else (
+            get(resp, "tokens_predicted", "integer", where))
+        output_tokens = output_tokens if output_tokens is not None else t["predicted_n"]
+        prompt_tokens = get(usage, "prompt_tokens", "integer", where, "usage.prompt_tokens")
+        if prompt_tokens is None:
+            prompt_tokens = get(resp, "tokens_evaluated", "integer", where)
+        if prompt_tokens is None and t["cache_n"] is not None and t["prompt_n"] is not None:
+            prompt_tokens = t["cache_n"] + t["prompt_n"]
+        if prompt_tokens is None:
+            self.skip(NO_PROMPT, place)
+            return
+        finish_reason, stop_reason = self.finish_of(resp, reason, rid, where)
+        if finish_reason is None:
+            self.skip(NO_FINISH, place)
+            return
+        times = self.times_of(wrapper, resp, t, where)
+        if times is None:
+            self.skip(RESP_NO_TIME, place)
+            return
+        request_id = rid if rid is not None else f"{where.path.name}:{where.line}"
+        if request_id in self.ids:
+            self.skip(REPEATED, place)
+            return
+        self.ids.add(request_id)
+        drafted = t["draft_n"]
+        accepted = t["draft_n_accepted"] if drafted is not None else None
+        if drafted is not None and (accepted is None or accepted > drafted):
+            self.skip(CONTRADICTS, place)
+            return
+        arrival, first, end, from_created = times
+        self.responses.append(_Response(
+            place, request_id, resp.get("model") if isinstance(resp.get("model"), str) else None,
+            arrival, first, end, from_created, prompt_tokens, output_tokens, finish_reason, stop_reason,
+            drafted if drafted else None, accepted if drafted else None,
+            wrapper_values(wrapper, where) if wrapper is not None else {}))
+        self.rows_in_file += 1
+        if drafted:
+            self.layouts["JSON timings"] += 1
+            self.add_interval(series=request_id, start=arrival, end=end, drafts=None, exact=False, drafted=drafted,
+                              accepted=accepted, rates=[], source=RESPONSE_SOURCE, mean=None)
+        else:
+            self.layouts["JSON timings, no draft_n"] += 1
+
+    def finish_of(self, resp: dict, reason, rid: str | None, where: Where) -> tuple[str | None, str | None]:
+        """(requests.finish_reason, the stopping round's stop_reason)."""
+        stop_type = get(resp, "stop_type", "string", where)
+        if stop_type is not None:     # the native /completion response
+            return {"eos": ("stop", "eos"), "word": ("stop", "stop_string"),
+                    "limit": ("length", "length")}.get(stop_type, (None, None))
+        if reason is None and rid is not None:
+            reason = self.finish_reasons.get(rid)
+        finish_reason = FINISH_REASON.get(reason) if isinstance(reason, str) else None
+        return finish_reason, STOP_REASON.get(finish_reason) if finish_reason else None
+
+    @staticmethod
+    def times_of(wrapper: dict | None, resp: dict, t: dict, where: Where) -> tuple[int, int, int, bool] | None:
+        """(arrival, first token, finish, from created): from the wrapper's sent_at forward, else from
+        ``created`` (the second llama.cpp built the response) back, with llama.cpp's own durations."""
+        prompt, predicted = ms_us(t["prompt_ms"]), ms_us(t["predicted_ms"])
+        if wrapper is not None and wrapper.get("sent_at") is not None:
+            arrival = parse_time(wrapper["sent_at"])
+            if arrival is None:
+                raise where.fail(f"sent_at: expected ISO-8601 text or epoch seconds, found {wrapper['sent_at']!r}")
+            return arrival, arrival + prompt, arrival + prompt + predicted, False
+        created = resp.get("created")
+        if is_number(created) and math.isfinite(created):
+            end = epoch_us(created)
+            return end - predicted - prompt, end - predicted, end, True
+        return None
+
+    # -- writing
+
+    def write(self) -> ImportSummary:
+        summary, dep = self.summary, self.deployment_id
+        drafted = bool(self.intervals["end_time"])
+        models = Counter(r.model for r in self.responses if r.model)
+        row = deployment_row(dep, self.overrides, model=models.most_common(1)[0][0] if models else None,
+                             speculated=drafted, num_spec_tokens=self.max_positions or None)
+        merged = self.writer.merge_deployment(row, summary)
+        plain = not drafted and merged.method == "none"
+        existing = self.writer.existing_request_ids(dep)
+        requests, rounds = RequestsBuffer(), RoundsBuffer()
+        for r in self.responses:
+            self.counts["not_drafted"] += drafted and r.drafted is None
+            self.counts["already_present"] += r.request_id in existing
+            self.counts["from_created" if r.from_created else "from_sent_at"] += 1
+            requests.add(deployment_id=dep, request_id=r.request_id, arrival_time=r.arrival,
+                         first_token_time=r.first_token, finish_time=r.finish, prompt_tokens=r.prompt_tokens,
+                         output_tokens=r.output_tokens, finish_reason=r.finish_reason, **r.wrapper)
+            if plain:
+                rounds.add(dep, r.request_id, reconcile([], r.output_tokens).rounds, r.stop_reason, r.arrival)
+        self.notes(plain, merged.method, bool(self.responses))
+        if len(requests):
+            self.writer.add("requests", requests.cols, times=requests.cols["arrival_time"],
+                            drop_empty_optional=OPTIONAL_REQUEST_COLUMNS)
+        if len(rounds):
+            self.writer.add("rounds", rounds.cols, times=rounds.times)
+        if drafted:
+            self.writer.add("intervals", self.intervals, times=self.intervals["end_time"],
+                            drop_empty_optional=("reported_accept_length", "reported_accept_length_definition"))
+        return finish(self.writer, summary, dep)
+
+    def notes(self, plain: bool, method: str, responses: bool) -> None:
+        note = lambda text: self.summary.note(text, self.deployment_id)  # noqa: E731
+        plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+        c, intervals = self.counts + Counter(self.draft_kinds), len(self.intervals["end_time"])
+        note("layouts read: " + ", ".join(f"{name} ({n})" for name, n in sorted(self.layouts.items())))
+        if any(s == LOG_SOURCE for s in self.intervals["source"]):
+            note("log times are the log shipper's timestamp on each line (UTC when it has no offset); llama.cpp's "
+                 "own log times count from the server's start and are not used")
+        if intervals:
+            note(f"{plural(intervals, 'request')} that drafted: one intervals row each, its own series (`slot S task "
+                 "T`, or the response id), with the request's drafted and accepted tokens exactly; start_time = "
+                 "end_time − llama.cpp's total time (prompt eval + eval). No rounds: llama.cpp prints per-request "
+                 "totals, not the number of rounds or the drafts of each")
+        if c["exact_drafts"]:
+            note(f"num_drafts is exact on {plural(c['exact_drafts'], 'interval')}: the only whole number of "
+                 "verification steps that the printed mean acceptance length (2 decimals) and rates per position "
+                 "(3 decimals) allow")
+        if c["approximate"]:
+            note(f"num_drafts is approximate on {plural(c['approximate'], 'interval')}: of the step counts the printed "
+                 "mean (2 decimals) and rates allow, the nearest to accepted / (mean acceptance length − 1)")
+        if c["exact_drafts"] or c["approximate"]:
+            note("accepted_per_position = round(rate × num_drafts), where llama.cpp printed rates per position")
+        if c["unknown_drafts"]:
+            note(f"num_drafts unknown on {plural(c['unknown_drafts'], 'interval')} (no mean acceptance length: "
+                 "llama.cpp before 2026-06 and the JSON timings don't give it, and 1.00 means nothing accepted)")
+        if c["no_start"]:
+            note(f"{plural(c['no_start'], 'interval')} without start_time: no total time line read for the request")
+        if c["from_sent_at"]:
+            note(f"{plural(c['from_sent_at'], 'request')}: first_token_time = sent_at + prompt_ms, finish_time = "
+                 "first_token_time + predicted_ms. The wait for a free slot is not in llama.cpp's timings, so TTFT and "
+                 "end-to-end latency are lower bounds; TPOT is exact")
+        if c["from_created"]:
+            note(f"{plural(c['from_created'], 'request')} without sent_at: finish_time = created (the whole second in "
+                 "which llama.cpp built the response; the true finish is up to 1 s later), first_token_time = "
+                 "finish_time − predicted_ms, arrival_time = first_token_time − prompt_ms (without the wait for a "
+                 "free slot)")
+        if plain:
+            note("no request drafted: plain decoding (method none), output_tokens − 1 rounds of one token per "
+                 "response; llama.cpp builds before 2025-03 (PR #12603) never report draft_n, so pass --method if "
+                 "that server speculated")
+        elif responses and not intervals:
+            note(f"no response reports draft_n, but the method is {method!r}: no rounds written (llama.cpp leaves "
+                 "draft_n out when a request drafted nothing, and builds before 2025-03 never report it). This "
+                 "import adds neither rounds nor intervals")
+        if c["not_drafted"]:
+            note(f"{plural(c['not_drafted'], 'response')} without draft_n (the request drafted nothing): a requests "
+                 "row, no intervals row")
+        if c["already_present"]:
+            note(f"{plural(c['already_present'], 'request id')} already in TRACES were imported again; the loader "
+                 "will reject every copy as duplicate_key")
+        for reason, places in sorted(self.where.items()):
+            if reason in self.summary.skipped:
+                n = self.summary.skipped[reason]
+                note(f"{plural(n, 'line')} skipped ({reason}), first at {', '.join(places)}")
+
+
+def import_llamacpp_log(files: Sequence[str | Path], out: str | Path, deployment_id: str,
+                        overrides: Overrides | None = None) -> ImportSummary:
+    """Import llama.cpp server logs and/or JSON responses into TRACES ``out`` under ``deployment_id``."""
+    return _Import(files, out, deployment_id, overrides or Overrides()).run()

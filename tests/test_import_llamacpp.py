@@ -1,0 +1,449 @@
+"""specan import llamacpp-log (docs/importers.md): every number against values worked out by hand.
+
+The log fixtures are real llama-server lines (tests/fixtures/llamacpp/SOURCES.md says from
+where, and which log shipper's timestamp was put in front of them). The importer is called
+directly; the tests marked `needs_wiring` go through `specan import llamacpp-log` and
+`run_import`, and run once the source is wired into analyzer/cli.py and
+analyzer/ingest/importers/__init__.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import main
+from analyzer.ingest.importers import SOURCES
+from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
+from analyzer.ingest.importers.llamacpp_log import (CONTRADICTS, NO_CLOCK, NO_DRAFT_LINE, NOT_PARSED, OTHER_LINE,
+                                                    PARTIAL, drafts_from, import_llamacpp_log, parse_draft)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
+UTC = dt.timezone.utc
+MEAN = "1 + accepted / verification steps, as llama.cpp prints it (2 decimals)"
+
+
+def _wired() -> bool:
+    choice = next((p for p in main.commands["import"].params if p.name == "source"), None)
+    return "llamacpp-log" in SOURCES and choice is not None and "llamacpp-log" in choice.type.choices
+
+
+needs_wiring = pytest.mark.skipif(not _wired(), reason="llamacpp-log is not wired into the CLI and run_import yet")
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def t(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def rows(root: Path, table: str) -> list[dict]:
+    out = []
+    for path in sorted((root / table).rglob("*.parquet")) if (root / table).is_dir() else []:
+        out += pq.read_table(path, partitioning=None).to_pylist()
+    return out
+
+
+def notes(root: Path) -> list[str]:
+    return [r["note"] for r in rows(root, "import_notes")]
+
+
+def imported(tmp_path, *files, deployment="llama", name="traces", **overrides):
+    out = tmp_path / name
+    summary = import_llamacpp_log([FIXTURES / f if isinstance(f, str) else f for f in files], out, deployment,
+                                  Overrides(**overrides))
+    return out, summary
+
+
+def assert_clean(root: Path) -> None:
+    result = run("validate", root, "--strict")
+    assert result.exit_code == 0, result.output
+    assert "rejected rows: 0" in result.stdout
+
+
+# =========================================================================== layout 1: draft acceptance rate
+
+
+def test_rate_layout_one_interval_per_request(tmp_path):
+    out, _ = imported(tmp_path, "rate.log")
+    assert rows(out, "intervals") == [
+        # lines 3-7 (PR #22673): header `id 0 | task 854`, bare lines; time of the draft line 08:57:42.052753;
+        # start = end − total time 35932.18 ms = 08:57:06.120573. 149 / 213 = 0.69953 as printed. No mean: no drafts
+        {"deployment_id": "llama", "series": "slot 0 task 854", "start_time": t("2026-05-20T08:57:06.120573"),
+         "end_time": t("2026-05-20T08:57:42.052753"), "num_drafts": None, "num_draft_tokens": 213,
+         "num_accepted_tokens": 149, "accepted_per_position": None, "source": "llamacpp_log"},
+        # lines 10-14 (PR #23269): journald time 12:04:48.313649+0200 = 10:04:48.313649 UTC; the process prefix is
+        # the text before llama.cpp's; start = end − 15224.00 ms = 10:04:33.089649
+        {"deployment_id": "llama", "series": "gpu1 llama-swap[812]: [53409] slot 0 task 689",
+         "start_time": t("2026-05-21T10:04:33.089649"), "end_time": t("2026-05-21T10:04:48.313649"),
+         "num_drafts": None, "num_draft_tokens": 144, "num_accepted_tokens": 118, "accepted_per_position": None,
+         "source": "llamacpp_log"},
+        # lines 27-30 (PR #14132): no header of their own (the one on line 20 served lines 21-24 only), so the
+        # series is the draft line's place; nanoseconds cut to µs; start = 09:30:00 − 172091.72 ms = 09:27:07.908280
+        {"deployment_id": "llama", "series": "rate.log:30", "start_time": t("2025-06-11T09:27:07.908280"),
+         "end_time": t("2025-06-11T09:30:00"), "num_drafts": None, "num_draft_tokens": 2433,
+         "num_accepted_tokens": 1376, "accepted_per_position": None, "source": "llamacpp_log"},
+    ]
+    # speculated, nothing says how: method unknown, no rates per position so num_speculative_tokens 0
+    assert rows(out, "deployments") == [{"deployment_id": "llama", "model": "unknown", "method": "unknown",
+                                         "num_speculative_tokens": 0}]
+    assert not rows(out, "requests") and not rows(out, "rounds")
+
+
+def test_rate_layout_skips_and_notes(tmp_path):
+    out, summary = imported(tmp_path, "rate.log")
+    # 31 lines: 3 requests (lines 3-7, 10-14, 27-30) and the block of lines 20-24 without a wall-clock time;
+    # line 31 cut; other: n_decoded lines 1, 2, 8, 9, statistics 15-17 and 25, release 18 and 26, idle 19 = 11
+    assert summary.skipped == {OTHER_LINE: 11, NO_CLOCK: 1, NOT_PARSED: 1}
+    kept = notes(out)
+    assert f"1 line skipped ({NO_CLOCK}), first at {FIXTURES / 'rate.log'}:24" in kept
+    assert f"1 line skipped ({NOT_PARSED}), first at {FIXTURES / 'rate.log'}:31" in kept
+    assert "layouts read: rate (3)" in kept
+    assert any(n.startswith("num_drafts unknown on 3 intervals") for n in kept)
+    assert any(n.startswith("3 requests that drafted: one intervals row each") for n in kept)
+    assert not any(OTHER_LINE in n for n in kept)      # other lines are printed, not kept
+    assert_clean(out)
+
+
+# =========================================================================== layouts 2-4
+
+
+def test_mean_layouts(tmp_path):
+    out, _ = imported(tmp_path, "mean.log")
+    got = rows(out, "intervals")
+    assert got == [
+        # lines 1-5 (PR #23279): `draft acceptance = …` without `rate`, bare, no header; 24673 / 33126 = 0.74482;
+        # start = 10:00:00 − 469687.79 ms = 09:52:10.312210
+        {"deployment_id": "llama", "series": "mean.log:5", "start_time": t("2026-05-18T09:52:10.312210"),
+         "end_time": t("2026-05-18T10:00:00"), "num_drafts": None, "num_draft_tokens": 33126,
+         "num_accepted_tokens": 24673, "accepted_per_position": None, "source": "llamacpp_log",
+         "reported_accept_length": None, "reported_accept_length_definition": None},
+        # lines 6-10 (PR #24536): mean 2.92 allows 167 / n + 1 ∈ [2.915, 2.925] → n ∈ [86.75, 87.21] → 87 only,
+        # exact (llama.cpp's own statistics line says #gen drafts = 87). Per position 0.805·87 = 70.04 → 70,
+        # 0.632·87 = 54.98 → 55, 0.483·87 = 42.02 → 42 (70 + 55 + 42 = 167). start = 06.896015 − 2596.83 ms
+        {"deployment_id": "llama", "series": "slot 1 task 0", "start_time": t("2026-06-15T07:00:04.299185"),
+         "end_time": t("2026-06-15T07:00:06.896015"), "num_drafts": 87, "num_draft_tokens": 259,
+         "num_accepted_tokens": 167, "accepted_per_position": [70, 55, 42], "source": "llamacpp_log",
+         "reported_accept_length": 2.92, "reported_accept_length_definition": MEAN},
+        # line 14 (llamacpp-rocm#129): mean len 4.30 allows n ∈ [5995 / 3.305, 5995 / 3.295] = [1813.9, 1819.4]:
+        # 1814..1819, no rates to narrow it: approximate, the nearest to 5995 / 3.30 = 1816.67 → 1817.
+        # No timing lines before it: no start. The compose prefix `llama-1 |` is the process
+        {"deployment_id": "llama", "series": "llama-1 | slot 0 task 0", "start_time": None,
+         "end_time": t("2026-07-01T12:04:01.806856"), "num_drafts": 1817, "num_draft_tokens": 9089,
+         "num_accepted_tokens": 5995, "accepted_per_position": None, "source": "llamacpp_log",
+         "reported_accept_length": 4.30, "reported_accept_length_definition": MEAN},
+    ]
+    kept = notes(out)
+    assert "layouts read: acceptance (1), mean acceptance length (1), mean len (1)" in kept
+    assert any(n.startswith("num_drafts is exact on 1 interval:") for n in kept)
+    assert any(n.startswith("num_drafts is approximate on 1 interval:") for n in kept)
+    assert any(n.startswith("num_drafts unknown on 1 interval") for n in kept)
+    assert any(n.startswith("1 interval without start_time") for n in kept)
+    # three rates per position
+    assert rows(out, "deployments")[0]["num_speculative_tokens"] == 3
+    assert_clean(out)
+
+
+def test_interval_views_of_the_mean_log(tmp_path):
+    out, _ = imported(tmp_path, "mean.log")
+    result = run("sql", out, "select hour, num_drafts, num_draft_tokens, num_accepted_tokens, mean_accept_length, "
+                             "drafts_share from interval_acceptance order by hour", "--format", "json")
+    assert result.exit_code == 0, result.output
+    hours = json.loads(result.stdout)
+    # 2026-06-15 07h: 1 + 167 / 87 = 2.9195; 2026-07-01 12h: 1 + 5995 / 1817 = 4.2994; 2026-05-18 10h: no drafts
+    assert [(h["num_drafts"], h["num_draft_tokens"], h["num_accepted_tokens"]) for h in hours] == [
+        (None, 33126, 24673), (87, 259, 167), (1817, 9089, 5995)]
+    assert hours[0]["mean_accept_length"] is None
+    assert hours[1]["mean_accept_length"] == pytest.approx(1 + 167 / 87)
+    assert hours[2]["mean_accept_length"] == pytest.approx(1 + 5995 / 1817)
+    assert [h["drafts_share"] for h in hours] == [None, 1.0, 1.0]
+
+
+def test_acc_per_pos_line_at_trace_verbosity(tmp_path):
+    # the `mean len` layout prints its rates on a trace-level line of their own (`SLT_TRC "     acc per pos =
+    # (%s)"`); the counts are PR #24536's request, written in that layout
+    log = tmp_path / "trace.log"
+    prefix = "2026-08-01T10:00:00.000000Z 1.00.000.000 I slot print_timing: id  1 | task 7 |"
+    log.write_text(f"{prefix}       total time =    2596.83 ms /   276 tokens\n"
+                   f"{prefix} draft acceptance = 0.64479 (  167 accepted /   259 generated), mean len =  2.92\n"
+                   f"{prefix}      acc per pos = (0.805, 0.632, 0.483)\n")
+    out, _ = imported(tmp_path, log)
+    (row,) = rows(out, "intervals")
+    # the mean alone allows 87 only; the rates give 70, 55, 42
+    assert (row["num_drafts"], row["accepted_per_position"], row["reported_accept_length"]) == (87, [70, 55, 42], 2.92)
+    assert row["start_time"] == t("2026-08-01T09:59:57.403170")     # 10:00:00 − 2596.83 ms
+
+
+def test_block_without_draft_line_and_contradicting_counts(tmp_path):
+    log = tmp_path / "x.log"
+    T = "2026-08-01T10:00:0{}Z "
+    log.write_text(
+        T.format(1) + "slot print_timing: id  0 | task 1 | prompt eval time =      10.00 ms /     5 tokens (x)\n"
+        + T.format(1) + "slot print_timing: id  0 | task 1 |        eval time =     100.00 ms /    10 tokens (x)\n"
+        # task 1 drafted nothing: no draft line. Task 2 prints 0.90000 but 149 / 213 = 0.69953
+        + T.format(2) + "slot print_timing: id  0 | task 2 | draft acceptance = 0.90000 (  149 accepted /   213 "
+                        "generated)\n"
+        + T.format(3) + "slot print_timing: id  0 | task 3 | draft acceptance = 0.50000 (   10 accepted /    20 "
+                        "generated)\n")
+    out, summary = imported(tmp_path, log)
+    assert summary.skipped == {NO_DRAFT_LINE: 1, CONTRADICTS: 1}
+    assert [(r["series"], r["num_draft_tokens"], r["num_accepted_tokens"]) for r in rows(out, "intervals")] == [
+        ("slot 0 task 3", 20, 10)]
+    kept = notes(out)
+    assert f"1 line skipped ({NO_DRAFT_LINE}), first at {log}:1" in kept
+    assert f"1 line skipped ({CONTRADICTS}), first at {log}:3" in kept
+
+
+def test_draft_line_with_a_header_of_its_own(tmp_path):
+    # Builds whose draft line was `SLT_INF(slot, "\ndraft acceptance rate = …")` print a second header before it;
+    # the block of PR #22673's request, written that way. An impossible date is skipped and counted
+    log = tmp_path / "x.log"
+    T = "2026-05-20T08:57:42.052753Z "
+    log.write_text(T + "slot print_timing: id  0 | task 854 | \n"
+                   + T + "prompt eval time =    4063.52 ms /    96 tokens (   42.33 ms per token,    23.62 tokens "
+                         "per second)\n"
+                   + T + "       eval time =   31868.65 ms /   221 tokens (  144.20 ms per token,     6.93 tokens "
+                         "per second)\n"
+                   + T + "      total time =   35932.18 ms /   317 tokens\n"
+                   + T + "slot print_timing: id  0 | task 854 | \n"
+                   + T + "draft acceptance rate = 0.69953 (  149 accepted /   213 generated)\n"
+                   + "2026-02-30T10:00:00Z slot print_timing: id  1 | task 9 | draft acceptance = 0.50000 (    1 "
+                     "accepted /     2 generated)\n")
+    out, summary = imported(tmp_path, log)
+    assert [(r["series"], r["start_time"], r["num_draft_tokens"]) for r in rows(out, "intervals")] == [
+        ("slot 0 task 854", t("2026-05-20T08:57:06.120573"), 213)]
+    assert summary.skipped == {"timing line with an impossible date": 1}
+
+
+def test_parse_draft_reads_every_layout():
+    assert parse_draft("draft acceptance rate = 0.69953 (  149 accepted /   213 generated)") == {
+        "rate": 0.69953, "accepted": 149, "drafted": 213, "mean": None, "rates": [], "layout": "rate"}
+    assert parse_draft("draft acceptance = 0.74482 (24673 accepted / 33126 generated)")["layout"] == "acceptance"
+    line = ("draft acceptance = 0.64479 (  167 accepted /   259 generated), mean acceptance length =  2.92, "
+            "acceptance rate per position = (0.805, 0.632, 0.483)")
+    assert parse_draft(line) == {"rate": 0.64479, "accepted": 167, "drafted": 259, "mean": 2.92,
+                                 "rates": [0.805, 0.632, 0.483], "layout": "mean acceptance length"}
+    assert parse_draft("draft acceptance = 0.65959 ( 5995 accepted /  9089 generated), mean len =  4.30") == {
+        "rate": 0.65959, "accepted": 5995, "drafted": 9089, "mean": 4.30, "rates": [], "layout": "mean len"}
+    assert parse_draft("draft acceptance rate = 0.5") is None
+
+
+def test_drafts_from():
+    # PR #24536: one whole number fits the mean alone (statistics line: #gen drafts = 87)
+    assert drafts_from(167, 259, 2.92, [0.805, 0.632, 0.483]) == (87, True)
+    # am17an/llama.cpp#6: 36 accepted, mean 3.00 → n ∈ [36 / 2.005, 36 / 1.995] = [17.96, 18.05] → 18 (its
+    # statistics line: #gen drafts = 18)
+    assert drafts_from(36, 36, 3.00, []) == (18, True)
+    # llamacpp-rocm#129: 1814..1819 fit; the nearest to 5995 / 3.30 = 1816.67
+    assert drafts_from(5995, 9089, 4.30, []) == (1817, False)
+    # nothing accepted, or no mean: the steps are not in the line
+    assert drafts_from(0, 21, 1.00, []) == (None, False)
+    assert drafts_from(149, 213, None, []) == (None, False)
+    # rates narrow the mean's range: 100 accepted, mean 1.50 → n ∈ [100 / 0.505, 100 / 0.495] = 199..202;
+    # rate 0.300 needs a count in [0.2995·n, 0.3005·n]: 199 → [59.60, 59.80], none; 200 → 60;
+    # 201 → [60.20, 60.40] and 202 → [60.50, 60.70], none. 200: 60 + 40 (0.200·200) = 100 accepted
+    assert drafts_from(100, 400, 1.50, [0.300, 0.200]) == (200, True)
+    assert drafts_from(100, 400, 1.50, []) == (200, False)     # the mean alone: 199..202, nearest 100 / 0.5
+
+
+# =========================================================================== JSON responses
+
+
+def test_responses_requests_and_intervals(tmp_path):
+    out, summary = imported(tmp_path, "responses.jsonl", model="qwen-fleet")
+    # line 1 (PR #12603's timings): sent_at 18:00:00; first token + 228.522 ms; finish + 11082.606 ms.
+    # lines 2-3 (b9251 stream): no sent_at; created 1779349198 = 2026-05-21T07:39:58Z is the finish; first token
+    # = finish − 20629.211 ms = 07:39:37.370789; arrival = − 128.301 ms = 07:39:37.242488; finish_reason
+    # tool_calls (from the finish chunk, line 2) → stop; prompt 808 = cache_n 804 + prompt_n 4
+    assert rows(out, "requests") == [
+        {"deployment_id": "llama", "request_id": "chatcmpl-pr12603", "category": "story",
+         "arrival_time": t("2025-03-27T18:00:00"), "first_token_time": t("2025-03-27T18:00:00.228522"),
+         "finish_time": t("2025-03-27T18:00:11.311128"), "prompt_tokens": 30, "output_tokens": 200,
+         "finish_reason": "length"},
+        {"deployment_id": "llama", "request_id": "chatcmpl-nFCxRKKHfmmnVXEHbeKtPcEqHXBZvQCr", "category": None,
+         "arrival_time": t("2026-05-21T07:39:37.242488"), "first_token_time": t("2026-05-21T07:39:37.370789"),
+         "finish_time": t("2026-05-21T07:39:58"), "prompt_tokens": 808, "output_tokens": 665,
+         "finish_reason": "stop"},
+    ]
+    assert rows(out, "intervals") == [
+        {"deployment_id": "llama", "series": "chatcmpl-pr12603", "start_time": t("2025-03-27T18:00:00"),
+         "end_time": t("2025-03-27T18:00:11.311128"), "num_drafts": None, "num_draft_tokens": 347,
+         "num_accepted_tokens": 65, "accepted_per_position": None, "source": "llamacpp_response"},
+        {"deployment_id": "llama", "series": "chatcmpl-nFCxRKKHfmmnVXEHbeKtPcEqHXBZvQCr",
+         "start_time": t("2026-05-21T07:39:37.242488"), "end_time": t("2026-05-21T07:39:58"), "num_drafts": None,
+         "num_draft_tokens": 604, "num_accepted_tokens": 515, "accepted_per_position": None,
+         "source": "llamacpp_response"},
+    ]
+    assert not rows(out, "rounds")          # they drafted: their rounds can't be rebuilt
+    # the finish chunk (line 2) and the error (line 5) have no timings; [DONE] is other
+    assert dict(summary.skipped) == {"JSON record without a timings object (a stream chunk, an error)": 2,
+                                     OTHER_LINE: 1}
+    kept = notes(out)
+    assert any(n.startswith("1 request: first_token_time = sent_at + prompt_ms") for n in kept)
+    assert any(n.startswith("1 request without sent_at: finish_time = created") for n in kept)
+    assert rows(out, "deployments") == [{"deployment_id": "llama", "model": "qwen-fleet", "method": "unknown",
+                                         "num_speculative_tokens": 0}]
+    assert_clean(out)
+
+
+def _response(rid, *, prompt_ms, predicted_n, predicted_ms, finish="stop", draft=None, created=None, model="M"):
+    timings = {"prompt_n": 10, "prompt_ms": prompt_ms, "predicted_n": predicted_n, "predicted_ms": predicted_ms}
+    if draft:
+        timings.update(draft_n=draft[0], draft_n_accepted=draft[1])
+    resp = {"id": rid, "object": "chat.completion", "model": model, "created": created,
+            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": "x"}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": predicted_n}, "timings": timings}
+    return resp
+
+
+def test_plain_deployment_gets_plain_rounds_and_tpot_speedup(tmp_path):
+    """Constructed responses (llama.cpp's shapes, chosen numbers): a speculative deployment and its baseline."""
+    spec = tmp_path / "spec.jsonl"
+    spec.write_text("\n".join(json.dumps(r) for r in [
+        {"sent_at": "2026-01-01T00:00:00Z", "response": _response("s1", prompt_ms=100.0, predicted_n=101,
+                                                                  predicted_ms=2000.0, draft=(150, 90))},
+        {"sent_at": "2026-01-01T00:01:00Z", "response": _response("s2", prompt_ms=50.0, predicted_n=51,
+                                                                  predicted_ms=1500.0, finish="length",
+                                                                  draft=(60, 30))},
+    ]) + "\n")
+    native = {"content": "x", "id_slot": 0, "stop": True, "model": "M", "tokens_predicted": 101,
+              "tokens_evaluated": 10, "stop_type": "word", "stopping_word": "\n\n",
+              "timings": {"prompt_n": 10, "prompt_ms": 100.0, "predicted_n": 101, "predicted_ms": 4000.0}}
+    base = tmp_path / "base.jsonl"
+    base.write_text(json.dumps({"sent_at": "2026-01-01T00:00:00Z", "response": native}) + "\n"
+                    + json.dumps(_response("b2", prompt_ms=40.0, predicted_n=51, predicted_ms=2000.0,
+                                           finish="length", created=1767225600)) + "\n")
+    out = tmp_path / "traces"
+    import_llamacpp_log([spec], out, "spec", Overrides(method="draft"))
+    import_llamacpp_log([base], out, "base", Overrides())
+    deps = {r["deployment_id"]: r for r in rows(out, "deployments")}
+    assert deps["base"] == {"deployment_id": "base", "model": "M", "method": "none", "num_speculative_tokens": 0}
+    base_rounds = sorted((r for r in rows(out, "rounds") if r["deployment_id"] == "base"),
+                         key=lambda r: (r["request_id"], r["round_idx"]))
+    # 101 − 1 = 100 one-token rounds, the last stopped by a stop word; the native response has no id; 51 − 1 = 50
+    by_request = {rid: [r for r in base_rounds if r["request_id"] == rid] for rid in ("base.jsonl:1", "b2")}
+    assert len(by_request["base.jsonl:1"]) == 100 and len(by_request["b2"]) == 50
+    assert {(r["num_draft_tokens"], r["num_accepted_tokens"], r["num_committed_tokens"])
+            for r in base_rounds} == {(0, 0, 1)}
+    assert [r["stop_reason"] for r in by_request["base.jsonl:1"]][-2:] == [None, "stop_string"]
+    assert by_request["b2"][-1]["stop_reason"] == "length"
+    assert not any(r["deployment_id"] == "spec" for r in rows(out, "rounds"))
+    assert_clean(out)
+    result = run("report", out, "--format", "json")
+    assert result.exit_code == 0, result.output
+    got = {d["deployment_id"]: d for d in json.loads(result.stdout)["deployments"]}
+    # TPOT: spec (2000 + 1500) / (100 + 50) = 23.33 ms; base (4000 + 2000) / (100 + 50) = 40 ms → 40 / 23.33
+    assert got["spec"]["tpot_speedup"] == pytest.approx(40 / (3500 / 150))
+
+
+def test_stream_chunks_with_timings_per_token(tmp_path):
+    """With timings_per_token every chunk carries the timings so far; only the last one is the request's."""
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1767225600, "model": "M",
+             "choices": [{"index": 0, "finish_reason": None, "delta": {"content": "x"}}],
+             "timings": {"prompt_n": 5, "prompt_ms": 10.0, "predicted_n": 3, "predicted_ms": 30.0,
+                         "draft_n": 4, "draft_n_accepted": 2}}
+    last = {**chunk, "choices": [{"index": 0, "finish_reason": "stop", "delta": {}}],
+            "timings": {"prompt_n": 5, "prompt_ms": 10.0, "predicted_n": 9, "predicted_ms": 90.0, "cache_n": 0,
+                        "draft_n": 12, "draft_n_accepted": 6}}
+    src = tmp_path / "stream.txt"
+    src.write_text(f"data: {json.dumps(chunk)}\n\ndata: {json.dumps(last)}\n\ndata: [DONE]\n")
+    out, summary = imported(tmp_path, src)
+    assert summary.skipped[PARTIAL] == 1
+    (req,) = rows(out, "requests")
+    # no usage: prompt = cache_n 0 + prompt_n 5, output = predicted_n 9
+    assert (req["request_id"], req["prompt_tokens"], req["output_tokens"], req["finish_reason"]) == ("c1", 5, 9, "stop")
+    assert [(r["num_draft_tokens"], r["num_accepted_tokens"]) for r in rows(out, "intervals")] == [(12, 6)]
+
+
+def test_wrong_type_in_a_response_is_exit_2_naming_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n" + json.dumps(_response("x", prompt_ms="100", predicted_n=5, predicted_ms=1.0,
+                                               created=1767225600)) + "\n")
+    with pytest.raises(MalformedInput, match=r"bad\.jsonl:2: timings\.prompt_ms: expected a number"):
+        import_llamacpp_log([bad], tmp_path / "t", "x")
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").rglob("*.parquet"))
+
+
+# =========================================================================== nothing imports
+
+
+def test_log_without_wall_clock_imports_nothing(tmp_path):
+    with pytest.raises(ImportInputError) as err:
+        imported(tmp_path, "notime.log")
+    message = str(err.value)
+    # PR #24536's lines as printed: llama.cpp's own times only; the block's draft line is line 5
+    assert message.startswith(f"{FIXTURES / 'notime.log'}: nothing to import: the first line that looks like "
+                              f"llama.cpp timing output but did not import is {FIXTURES / 'notime.log'}:5 ({NO_CLOCK})")
+    assert "docker logs -t" in message and "known layouts: `draft acceptance rate = R" in message
+    assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").rglob("*.parquet"))
+
+
+def test_every_file_must_import_something(tmp_path):
+    other = tmp_path / "other.log"
+    other.write_text("main: server is listening on http://127.0.0.1:8080\nsrv  update_slots: all slots are idle\n")
+    with pytest.raises(ImportInputError, match=rf"^{other}: nothing to import: no line looks like llama\.cpp timing "
+                                               r"output .*; known layouts: "):
+        imported(tmp_path, "rate.log", other)
+    assert not (tmp_path / "traces").exists()      # the good file's rows are not written either
+
+
+def test_the_first_bad_line_is_named_by_line_number(tmp_path):
+    log = tmp_path / "cut.log"
+    log.write_text("srv  update_slots: all slots are idle\n"
+                   "2026-08-01T10:00:00Z slot print_timing: id  0 | task 1 | prompt eval time = 1"
+                   " ms /\n"
+                   "2026-08-01T10:00:01Z slot print_timing: id  0 | task 2 | draft acceptance = 0.5\n")
+    with pytest.raises(ImportInputError, match=rf"did not import is {log}:2 \({NOT_PARSED}\)"):
+        imported(tmp_path, log)
+
+
+def test_importing_the_same_input_again_replaces_it(tmp_path):
+    out, _ = imported(tmp_path, "mean.log")
+    before = sorted(p.relative_to(out) for p in out.rglob("*.parquet"))
+    _, summary = imported(tmp_path, "mean.log")
+    assert sorted(p.relative_to(out) for p in out.rglob("*.parquet")) == before
+    assert len(rows(out, "intervals")) == 3
+    assert any("imported before" in text for _, text in summary.notes)
+
+
+# =========================================================================== through the CLI (needs the wiring)
+
+
+@needs_wiring
+def test_cli_import_prints_the_summary(tmp_path):
+    out = tmp_path / "traces"
+    result = run("import", "llamacpp-log", FIXTURES / "rate.log", FIXTURES / "mean.log", "--deployment", "llama",
+                 "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"specan import llamacpp-log → {out}")
+    assert "intervals            6 rows" in result.stdout          # 3 + 3
+    # other lines: 11 in rate.log; in mean.log the two graphs reused lines, statistics, two release lines, idle
+    assert "       17  not llama.cpp timing output" in result.stdout
+
+
+@needs_wiring
+def test_cli_nothing_imports_is_one_line_exit_2(tmp_path):
+    out = tmp_path / "traces"
+    result = run("import", "llamacpp-log", FIXTURES / "notime.log", "--deployment", "llama", "--out", out)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+    assert "notime.log:5" in result.stderr and "known layouts" in result.stderr
+    assert not out.exists() or not any(out.rglob("*.parquet"))
+
+
+@needs_wiring
+def test_run_import_dispatches_llamacpp_log(tmp_path):
+    from analyzer.ingest.importers import run_import
+
+    summary = run_import("llamacpp-log", [FIXTURES / "responses.jsonl"], tmp_path / "t", "llama", model="m")
+    assert summary.rows["requests"] == 2 and summary.rows["intervals"] == 2
+    with pytest.raises(ImportInputError, match="--year applies to vllm-log only"):
+        run_import("llamacpp-log", [FIXTURES / "rate.log"], tmp_path / "u", "llama", year=2026)
