@@ -436,7 +436,7 @@ def recommend(traces: Path, deployment_id: str, fmt: str, memory_limit: str, tem
 @main.command("import")
 @click.argument("source", required=False,
                 type=click.Choice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log",
-                                   "aiperf-records", "trtllm-responses"]))
+                                   "aiperf-records", "trtllm-responses", "llamacpp-log"]))
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--list", "list_of", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="List the imports recorded in this trace directory (id, source, rows, inputs).")
@@ -476,6 +476,7 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
       sglang-log        SGLang log with 'Decode batch' lines (accept len)        → intervals
       aiperf-records    AIPerf profile_export.jsonl with spec_decode_acceptance  → requests, rounds
       trtllm-responses  TensorRT-LLM responses (JSONL), per-choice spec stats    → requests, rounds
+      llamacpp-log      llama-server print_timing lines / responses with timings → intervals, requests
 
     Prints rows written per table, records skipped per reason, and notes on
     what had to be assumed (also written to OUT/import_notes/). Input that is

@@ -1,10 +1,8 @@
 """specan import llamacpp-log (docs/importers.md): every number against values worked out by hand.
 
 The log fixtures are real llama-server lines (tests/fixtures/llamacpp/SOURCES.md says from
-where, and which log shipper's timestamp was put in front of them). The importer is called
-directly; the tests marked `needs_wiring` go through `specan import llamacpp-log` and
-`run_import`, and run once the source is wired into analyzer/cli.py and
-analyzer/ingest/importers/__init__.py.
+where, and which log shipper's timestamp was put in front of them). Most tests call the
+importer directly; the last ones go through `specan import llamacpp-log` and `run_import`.
 """
 
 from __future__ import annotations
@@ -26,14 +24,6 @@ from analyzer.ingest.importers.llamacpp_log import (CONTRADICTS, NO_CLOCK, NO_DR
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 UTC = dt.timezone.utc
 MEAN = "1 + accepted / verification steps, as llama.cpp prints it (2 decimals)"
-
-
-def _wired() -> bool:
-    choice = next((p for p in main.commands["import"].params if p.name == "source"), None)
-    return "llamacpp-log" in SOURCES and choice is not None and "llamacpp-log" in choice.type.choices
-
-
-needs_wiring = pytest.mark.skipif(not _wired(), reason="llamacpp-log is not wired into the CLI and run_import yet")
 
 
 def run(*args):
@@ -416,7 +406,6 @@ def test_importing_the_same_input_again_replaces_it(tmp_path):
 # =========================================================================== through the CLI (needs the wiring)
 
 
-@needs_wiring
 def test_cli_import_prints_the_summary(tmp_path):
     out = tmp_path / "traces"
     result = run("import", "llamacpp-log", FIXTURES / "rate.log", FIXTURES / "mean.log", "--deployment", "llama",
@@ -428,7 +417,6 @@ def test_cli_import_prints_the_summary(tmp_path):
     assert "       17  not llama.cpp timing output" in result.stdout
 
 
-@needs_wiring
 def test_cli_nothing_imports_is_one_line_exit_2(tmp_path):
     out = tmp_path / "traces"
     result = run("import", "llamacpp-log", FIXTURES / "notime.log", "--deployment", "llama", "--out", out)
@@ -439,7 +427,6 @@ def test_cli_nothing_imports_is_one_line_exit_2(tmp_path):
     assert not out.exists() or not any(out.rglob("*.parquet"))
 
 
-@needs_wiring
 def test_run_import_dispatches_llamacpp_log(tmp_path):
     from analyzer.ingest.importers import run_import
 

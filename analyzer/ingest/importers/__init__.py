@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .aiperf import import_aiperf_records
 from .common import ImportConflict, ImportInputError, ImportSummary, MalformedInput, Overrides
+from .llamacpp_log import import_llamacpp_log
 from .prometheus import DeploymentMap, import_prometheus
 from .sglang_log import import_sglang_log
 from .sglang_responses import import_sglang_responses
@@ -30,11 +31,12 @@ from .vllm_log import import_vllm_log
 from .vllm_responses import import_vllm_responses
 
 SOURCES = ("vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log", "aiperf-records",
-           "trtllm-responses")
+           "trtllm-responses", "llamacpp-log")
 
 __all__ = ["SOURCES", "DeploymentMap", "ImportConflict", "ImportInputError", "ImportSummary", "MalformedInput",
-           "Overrides", "import_aiperf_records", "import_prometheus", "import_sglang_log", "import_sglang_responses",
-           "import_trtllm_responses", "import_vllm_log", "import_vllm_responses", "run_import"]
+           "Overrides", "import_aiperf_records", "import_llamacpp_log", "import_prometheus", "import_sglang_log",
+           "import_sglang_responses", "import_trtllm_responses", "import_vllm_log", "import_vllm_responses",
+           "run_import"]
 
 
 def run_import(source: str, files: Sequence[str | Path], out: str | Path, deployment: str | Sequence[str], *,
@@ -69,4 +71,6 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
         return import_aiperf_records(files, out, ids[0], overrides)
     if source == "trtllm-responses":
         return import_trtllm_responses(files, out, ids[0], overrides)
+    if source == "llamacpp-log":
+        return import_llamacpp_log(files, out, ids[0], overrides)
     return import_sglang_responses(files, out, ids[0], overrides)
