@@ -20,6 +20,7 @@ from analyzer.cli import main
 from analyzer.ingest.importers.aiperf import import_aiperf_records
 from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
 from analyzer.ingest.importers.trtllm_responses import import_trtllm_responses
+from imported import rows, run, t
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AIPERF = FIXTURES / "aiperf" / "profile_export.jsonl"
@@ -38,21 +39,6 @@ R8 = "0a7c8d9e-1f2a-4b3c-8d4e-5f6a7b8c9d0e"      # no acceptance record, client 
 # The documented TRT-LLM histogram [8, 0, 6, 6] with k = 3, rebuilt in ascending accepted count:
 # 8 steps accepted 0 (commit 1), 6 accepted 2 (commit 3), 6 accepted 3 (commit 4).
 DOC_ROUNDS = [(3, 0, 1)] * 8 + [(3, 2, 3)] * 6 + [(3, 3, 4)] * 6
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def t(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-def rows(root: Path, table: str) -> list[dict]:
-    out = []
-    for path in sorted((root / table).rglob("*.parquet")) if (root / table).is_dir() else []:
-        out += pq.read_table(path, partitioning=None).to_pylist()
-    return out
 
 
 def rounds_of(root: Path, request_id: str) -> list[tuple]:

@@ -20,25 +20,11 @@ from analyzer.ingest.importers import SOURCES
 from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
 from analyzer.ingest.importers.llamacpp_log import (CONTRADICTS, NO_CLOCK, NO_DRAFT_LINE, NOT_PARSED, OTHER_LINE,
                                                     PARTIAL, drafts_from, import_llamacpp_log, parse_draft)
+from imported import rows, run, t
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 UTC = dt.timezone.utc
 MEAN = "1 + accepted / verification steps, as llama.cpp prints it (2 decimals)"
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def t(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-def rows(root: Path, table: str) -> list[dict]:
-    out = []
-    for path in sorted((root / table).rglob("*.parquet")) if (root / table).is_dir() else []:
-        out += pq.read_table(path, partitioning=None).to_pylist()
-    return out
 
 
 def notes(root: Path) -> list[str]:

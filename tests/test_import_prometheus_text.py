@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from analyzer.cli import main
 from analyzer.ingest.importers import ImportInputError
 from analyzer.ingest.importers.prometheus import SGLANG_DEFINITION, import_prometheus, name_time
+from imported import rows, run, t
 
 TEXT = Path(__file__).parent / "fixtures" / "prometheus_text"
 UTC = dt.timezone.utc
@@ -24,21 +25,6 @@ DP = [TEXT / "vllm_v1_dp-20250901T143000Z.txt", TEXT / "vllm_v1_dp-20250901T1431
 QWEN = [TEXT / "vllm_v1_qwen36_metrics.txt", TEXT / "vllm_v1_qwen36_metrics-20260507T101500Z.txt"]
 V0 = [TEXT / "vllm_v0_metrics-20241016T190547Z.txt", TEXT / "vllm_v0_metrics-20241016T190647Z.txt"]
 LLAMACPP = [TEXT / "llamacpp_metrics-20260801T120000Z.txt", TEXT / "llamacpp_metrics-20260801T120100Z.txt"]
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def t(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-def rows(root: Path, table: str) -> list[dict]:
-    out = []
-    for path in sorted((root / table).rglob("*.parquet")) if (root / table).is_dir() else []:
-        out += pq.read_table(path, partitioning=None).to_pylist()
-    return out
 
 
 def counts(row: dict) -> tuple:

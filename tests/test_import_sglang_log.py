@@ -22,6 +22,7 @@ from analyzer.ingest.importers import sglang_log as sl
 from analyzer.ingest.importers.common import ImportInputError
 from analyzer.ingest.importers.sglang_log import (NEW_RATE, OLD_DRAFT_TOKENS, OLD_STEPS, draft_tokens_per_step,
                                                   import_sglang_log, parse_decode, parse_version, rate_meaning)
+from imported import rows, run, t
 
 LOGS = Path(__file__).parent / "fixtures" / "sglang_logs"
 UTC = dt.timezone.utc
@@ -29,17 +30,6 @@ LENGTH = ("tokens committed per request per verify step (accepted drafts and the
           "interval, as SGLang prints its accept len (2 decimals)")
 NO_COUNTS = {"num_drafts": None, "num_draft_tokens": None, "num_accepted_tokens": None,
              "accepted_per_position": None, "source": "sglang_log"}
-
-
-def t(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-def rows(root: Path, table: str) -> list[dict]:
-    out = []
-    for path in sorted((root / table).rglob("*.parquet")) if (root / table).is_dir() else []:
-        out += pq.read_table(path, partitioning=None).to_pylist()
-    return out
 
 
 def intervals(root: Path) -> list[dict]:
@@ -83,10 +73,6 @@ def no_rate_columns(monkeypatch):
 
     monkeypatch.setattr(common, "_schema_columns", without)
     monkeypatch.setattr(sl, "_schema_columns", without)
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def assert_one_line_exit_2(result, *fragments: str) -> None:

@@ -21,6 +21,7 @@ from analyzer.ingest.importers import MalformedInput
 from analyzer.ingest.importers.common import read_jsonl
 from analyzer.ingest.importers.responses import Where
 from analyzer.ingest.importers.vllm_responses import dense_histogram
+from imported import run, t
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 UTC = dt.timezone.utc
@@ -32,10 +33,6 @@ NO_USAGE = "stream without a usage chunk: request it with stream_options.include
 #   per_step_accepted [2,0,3,3] (3 drafted each) → committed 3+1+4+4 = 12, but completion_tokens 10 − 1 = 9:
 #   3 too many, so the last round commits 4 − 3 = 1 and its stop_reason comes from finish_reason length
 QWEN_ROUNDS = [(3, 2, 3, None), (3, 0, 1, None), (3, 3, 4, None), (3, 3, 1, "length")]
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def imported(tmp_path: Path, *files, name: str = "t") -> tuple[Path, str]:
@@ -60,10 +57,6 @@ def rounds_of(root: Path, request_id: str) -> list[tuple]:
 def request(root: Path, request_id: str) -> dict:
     (found,) = [r for r in rows(root, "requests") if r["request_id"] == request_id]
     return found
-
-
-def t(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 def notes(root: Path) -> list[str]:
