@@ -10,7 +10,10 @@ DuckDB-only construct is caught before any cluster runs it.
 
 This is the first step of the Spark engine (issue 14): the portability check.
 Running the heavy pass on Spark and comparing its documents with DuckDB's is
-not built yet.
+not built yet. The check is necessary, not sufficient: run on Spark 4.3 local
+over the sample's clean tables, 8 of the 40 views ran; besides the constructs
+named here, sqlglot renders DuckDB's len(list) as Spark's string length(), and
+such differences only show when Spark runs the view.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from . import buckets
 from .views import DEFAULT_REPEAT_N, View, discover_views
 
 # Functions Spark SQL runs that sqlglot's Spark parser does not list by name.
-_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"product", "hash"})  # Spark 3.2+ aggregate; hash()
+_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"hash"})
 
 
 @dataclass(frozen=True)
