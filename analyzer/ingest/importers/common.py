@@ -102,10 +102,13 @@ class ImportSummary:
     def note(self, text: str, deployment_id: str | None = None) -> None:
         self.notes.append((deployment_id, text))
 
-    def skip(self, reason: str, n: int = 1) -> None:
+    def skip(self, reason: str, n: int = 1, place: str | None = None) -> None:
+        """Count ``n`` records skipped for ``reason``, keeping the first three places
+        (``place``, else the record being read)."""
         self.skipped[reason] += n
-        if self.at is not None and len(self.places.setdefault(reason, [])) < 3:
-            self.places[reason].append(self.at)
+        place = place or self.at
+        if place is not None and len(self.places.setdefault(reason, [])) < 3:
+            self.places[reason].append(place)
 
     def lines(self) -> list[str]:
         """The summary as printed by ``specan import``."""

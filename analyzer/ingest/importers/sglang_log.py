@@ -231,14 +231,9 @@ def import_sglang_log(files: Sequence[str | Path], out: str | Path, deployment_i
     cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS + (RATE_COLUMNS if store_rate else ())}
     counts = {"rates": 0, "cut": 0, "pools": 0, "backwards": 0}
     layouts: dict[str, int] = {}
-    where: dict[str, list[str]] = {}     # skip reason → its first places (file:line)
+    where = summary.places               # skip reason → its first three places (file:line)
     pairs: list[tuple[float, float]] = []
     first_unparsed: str | None = None
-
-    def skip(reason: str, place: str) -> None:
-        summary.skip(reason)
-        if len(where.setdefault(reason, [])) < 3:
-            where[reason].append(place)
 
     for path in files:
         path = Path(path)
@@ -266,15 +261,15 @@ def import_sglang_log(files: Sequence[str | Path], out: str | Path, deployment_i
                 if "accept_len" not in fields:
                     if "accept len" in message or "accept rate" in message:
                         first_unparsed = first_unparsed or place
-                        skip(NOT_PARSED, place)
+                        summary.skip(NOT_PARSED, place=place)
                     else:
-                        skip(NO_SPEC, place)
+                        summary.skip(NO_SPEC, place=place)
                     continue
                 if problem:
-                    skip(problem, place)
+                    summary.skip(problem, place=place)
                     continue
                 if end_us == series.last_row_end:
-                    skip(SAME_SECOND, place)
+                    summary.skip(SAME_SECOND, place=place)
                     continue
                 if start_us is not None and end_us < start_us:
                     counts["backwards"] += 1

@@ -233,16 +233,10 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0, "backwards": 0,
               "rollovers": 0, "v0_inexact": 0}
     layouts: dict[str, int] = {}
-    where: dict[str, list[str]] = {}     # skip reason → first places (file:line)
+    where = summary.places               # skip reason → its first three places (file:line)
     max_positions = 0
     max_k = 0
     first_unparsed: str | None = None
-
-    def skip(reason: str, place: str) -> None:
-        summary.skip(reason)
-        where.setdefault(reason, [])
-        if len(where[reason]) < 3:
-            where[reason].append(place)
 
     for path in files:
         path = Path(path)
@@ -276,12 +270,12 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 numbers = parse_metrics(line[marker.start():])
                 if numbers is None:
                     first_unparsed = first_unparsed or place
-                    skip(NOT_PARSED, place)
+                    summary.skip(NOT_PARSED, place=place)
                     if end_us is not None and not series.cumulative:
                         series.previous_end = end_us   # vLLM reset its counters when it logged this line
                     continue
                 if problem:
-                    skip(problem, place)
+                    summary.skip(problem, place=place)
                     continue
                 layouts[numbers["layout"]] = layouts.get(numbers["layout"], 0) + 1
                 load, series.load = series.load, {}
@@ -289,7 +283,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                     interval = _v0_interval(numbers, series, counts)
                     series.cumulative = numbers
                     if interval is None:
-                        skip(FIRST_CUMULATIVE, place)
+                        summary.skip(FIRST_CUMULATIVE, place=place)
                         series.previous_end = end_us
                         continue
                     start = series.previous_end if interval.pop("continues") else None
