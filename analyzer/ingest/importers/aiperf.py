@@ -26,13 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import STOP_REASON, ImportInputError, ImportSummary, Overrides, is_int, rebuild_from_histogram, reconcile
-from .responses import ResponseImport, Tally, Where, get
+from .common import STOP_REASON, ImportInputError, ImportSummary, Overrides, is_int, rebuild_from_histogram
+from .responses import NOT_REBUILT, ResponseImport, Tally, Where, add_reconciled_rounds, get
 from .vllm_responses import check_histogram
 
 SOURCE = "aiperf-records"
 
-_NOT_REBUILT = "requests without rounds: "
 
 # AIPerf's display units for time metrics → microseconds per unit.
 _TIME_UNITS = {"ns": 0.001, "us": 1.0, "µs": 1.0, "ms": 1000.0, "s": 1_000_000.0, "sec": 1_000_000.0}
@@ -259,11 +258,11 @@ def _add(r: _Record, deployment_id: str, speculated: bool, overrides: Overrides,
     spec = r.spec
     if spec is None:
         if speculated:
-            summary.skip(_NOT_REBUILT + "no spec_decode_acceptance in a run where other records have it "
+            summary.skip(NOT_REBUILT + "no spec_decode_acceptance in a run where other records have it "
                          "(no verify steps, n > 1, or a payload AIPerf dropped)")
             return
         if overrides.method not in (None, "none"):
-            summary.skip(_NOT_REBUILT + f"no spec_decode_acceptance, but --method is {overrides.method}")
+            summary.skip(NOT_REBUILT + f"no spec_decode_acceptance, but --method is {overrides.method}")
             return
         tally.plain_requests += 1
     else:
@@ -277,21 +276,14 @@ def _add(r: _Record, deployment_id: str, speculated: bool, overrides: Overrides,
                 mean, 1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"], rel_tol=1e-9, abs_tol=1e-9):
             counts.mean_disagrees += 1
     if not r.server_output:
-        summary.skip(_NOT_REBUILT + "no server completion_tokens to reconcile the rounds with "
+        summary.skip(NOT_REBUILT + "no server completion_tokens to reconcile the rounds with "
                      "(only AIPerf's own token count)")
         return
     steps = [] if spec is None else _steps(spec, overrides, summary, tally)
     if steps is None:
         return
-    fixed = reconcile(steps, r.output)
-    if fixed.error:
-        summary.skip(_NOT_REBUILT + fixed.error)
-        return
-    if spec is not None and fixed.plain_appended:
-        tally.short[r.request_id] = fixed.plain_appended
-    if fixed.truncated_by:
-        tally.over[r.request_id] = fixed.truncated_by
-    job.rounds.add(deployment_id, r.request_id, fixed.rounds, STOP_REASON["stop"], r.arrival)
+    add_reconciled_rounds(job.rounds, tally, summary, deployment_id, r.request_id, steps, r.output,
+                          spec is not None, STOP_REASON["stop"], r.arrival)
 
 
 def _steps(spec: dict, overrides: Overrides, summary: ImportSummary, tally: Tally) -> list[tuple[int, int]] | None:
@@ -299,18 +291,18 @@ def _steps(spec: dict, overrides: Overrides, summary: ImportSummary, tally: Tall
     drafted, accepted = spec["per_step_drafted"], spec["per_step_accepted"]
     if drafted is not None and accepted is not None:
         if len(drafted) != len(accepted):
-            summary.skip(_NOT_REBUILT + "per_step_drafted and per_step_accepted differ in length")
+            summary.skip(NOT_REBUILT + "per_step_drafted and per_step_accepted differ in length")
             return None
         return list(zip(drafted, accepted))
     gamma = spec["num_spec_tokens"] if spec["num_spec_tokens"] is not None else overrides.num_speculative_tokens
     if gamma is None:
-        summary.skip(_NOT_REBUILT + "no fixed draft length (num_spec_tokens null, as under TensorRT-LLM's "
+        summary.skip(NOT_REBUILT + "no fixed draft length (num_spec_tokens null, as under TensorRT-LLM's "
                      "draft_len_schedule) and no --num-speculative-tokens")
         return None
     reason = check_histogram(spec["histogram"], spec["num_spec_steps"], spec["num_draft_tokens"],
                              spec["num_accepted_draft_tokens"], gamma)
     if reason:
-        summary.skip(_NOT_REBUILT + reason)
+        summary.skip(NOT_REBUILT + reason)
         return None
     if spec["num_spec_steps"]:
         tally.rebuilt += 1

@@ -10,7 +10,7 @@ from pathlib import Path
 from collections.abc import Iterator, Sequence
 
 from .common import (ImportInputError, ImportSummary, MalformedInput, Overrides, RoundsBuffer, TraceWriter,
-                     deployment_row, finish, is_int, is_number, parse_time, read_jsonl)
+                     deployment_row, finish, is_int, is_number, parse_time, read_jsonl, reconcile)
 
 # Wrapper keys that fill a requests column of the same name, and the JSON kind each takes.
 WRAPPER_COLUMNS = {
@@ -110,6 +110,25 @@ class RequestsBuffer:
         for c in REQUEST_COLUMNS:
             self.cols[c].append(row.get(c))
         self.ids.add(row["request_id"])
+
+
+NOT_REBUILT = "requests without rounds: "
+
+
+def add_reconciled_rounds(rounds: RoundsBuffer, tally: "Tally", summary: ImportSummary, deployment_id: str,
+                          request_id: str, steps: list[tuple[int, int]], completion: int, speculated: bool,
+                          stop_reason: str, arrival: int) -> None:
+    """A request's rounds, reconciled with its completion tokens (common.reconcile), counted in
+    ``tally`` where plain rounds were appended or the last one truncated; skipped when they can't be."""
+    fixed = reconcile(steps, completion)
+    if fixed.error:
+        summary.skip(NOT_REBUILT + fixed.error)
+        return
+    if speculated and fixed.plain_appended:
+        tally.short[request_id] = fixed.plain_appended
+    if fixed.truncated_by:
+        tally.over[request_id] = fixed.truncated_by
+    rounds.add(deployment_id, request_id, fixed.rounds, stop_reason, arrival)
 
 
 @dataclass

@@ -19,13 +19,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .common import (STOP_REASON, ImportSummary, Overrides, RoundsBuffer, epoch_us, rebuild_from_histogram, reconcile)
-from .responses import (FINISH_REASON, RequestsBuffer, ResponseImport, Tally, Where, arrival_from, get,
-                        wrapper_values)
+from .common import STOP_REASON, ImportSummary, Overrides, RoundsBuffer, epoch_us, rebuild_from_histogram
+from .responses import (FINISH_REASON, NOT_REBUILT, RequestsBuffer, ResponseImport, Tally, Where,
+                        add_reconciled_rounds, arrival_from, get, wrapper_values)
 
 SOURCE = "sglang-responses"
 
-_NOT_REBUILT = "requests without rounds: "
 
 # (newer name, older name)
 ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts")
@@ -154,34 +153,27 @@ def _one(obj, where: Where, deployment_id: str, summary: ImportSummary, requests
         steps = _steps(verify_ct, accepted, proposed, histogram, summary, tally, gammas)
         if steps is None:
             return
-    fixed = reconcile(steps, completion)
-    if fixed.error:
-        summary.skip(_NOT_REBUILT + fixed.error)
-        return
-    if speculated and fixed.plain_appended:
-        tally.short[request_id] = fixed.plain_appended
-    if fixed.truncated_by:
-        tally.over[request_id] = fixed.truncated_by
-    rounds.add(deployment_id, request_id, fixed.rounds, STOP_REASON[FINISH_REASON[finish]], arrival)
+    add_reconciled_rounds(rounds, tally, summary, deployment_id, request_id, steps, completion, speculated,
+                          STOP_REASON[FINISH_REASON[finish]], arrival)
 
 
 def _steps(verify_ct: int | None, accepted: int | None, proposed: int | None, histogram: list[int] | None,
            summary: ImportSummary, tally: Tally, gammas: list[int]) -> list[tuple[int, int]] | None:
     if not verify_ct or proposed is None or histogram is None:
-        summary.skip(_NOT_REBUILT + "no spec_verify_ct, proposed drafts or histogram")
+        summary.skip(NOT_REBUILT + "no spec_verify_ct, proposed drafts or histogram")
         return None
     if proposed % verify_ct:
-        summary.skip(_NOT_REBUILT + "drafts per step vary (proposed drafts not divisible by spec_verify_ct)")
+        summary.skip(NOT_REBUILT + "drafts per step vary (proposed drafts not divisible by spec_verify_ct)")
         return None
     gamma = proposed // verify_ct
     if sum(histogram) != verify_ct or any(n < 0 for n in histogram):
-        summary.skip(_NOT_REBUILT + "histogram does not count spec_verify_ct steps")
+        summary.skip(NOT_REBUILT + "histogram does not count spec_verify_ct steps")
         return None
     if accepted is not None and sum(j * n for j, n in enumerate(histogram)) != accepted:
-        summary.skip(_NOT_REBUILT + "histogram does not add up to the accepted drafts")
+        summary.skip(NOT_REBUILT + "histogram does not add up to the accepted drafts")
         return None
     if any(n for j, n in enumerate(histogram) if j > gamma):
-        summary.skip(_NOT_REBUILT + "histogram has steps accepting more drafts than were proposed per step")
+        summary.skip(NOT_REBUILT + "histogram has steps accepting more drafts than were proposed per step")
         return None
     gammas.append(gamma)
     tally.rebuilt += 1

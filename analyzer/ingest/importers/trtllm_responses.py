@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .aiperf import FirstSkip, nothing_imported
-from .common import STOP_REASON, ImportSummary, Overrides, rebuild_from_histogram, reconcile
-from .responses import FINISH_REASON, ResponseImport, Tally, Where, arrival_from, get, wrapper_values
+from .common import STOP_REASON, ImportSummary, Overrides, rebuild_from_histogram
+from .responses import (FINISH_REASON, NOT_REBUILT, ResponseImport, Tally, Where, add_reconciled_rounds,
+                        arrival_from, get, wrapper_values)
 from .vllm_responses import check_histogram
 
 SOURCE = "trtllm-responses"
 
-_NOT_REBUILT = "requests without rounds: "
 
 _PAYLOAD = "speculative_decoding"
 _REQUIRED = ("total_accepted_draft_tokens", "total_draft_tokens", "num_spec_steps", "acceptance_histogram")
@@ -162,7 +162,7 @@ def _rounds(r: _Response, deployment_id: str, speculated: bool, overrides: Overr
     spec = r.spec
     if spec is None:
         if not speculated and overrides.method not in (None, "none"):
-            summary.skip(_NOT_REBUILT + f"no {_PAYLOAD} in any response, but --method is {overrides.method}")
+            summary.skip(NOT_REBUILT + f"no {_PAYLOAD} in any response, but --method is {overrides.method}")
             return
         tally.plain_requests += 1     # TensorRT-LLM omits the object when the request never drafted
         steps: list[tuple[int, int]] = []
@@ -173,37 +173,30 @@ def _rounds(r: _Response, deployment_id: str, speculated: bool, overrides: Overr
         steps = _steps(spec, overrides, summary, tally)
         if steps is None:
             return
-    fixed = reconcile(steps, r.completion)
-    if fixed.error:
-        summary.skip(_NOT_REBUILT + fixed.error)
-        return
-    if spec is not None and fixed.plain_appended:
-        tally.short[r.request_id] = fixed.plain_appended
-    if fixed.truncated_by:
-        tally.over[r.request_id] = fixed.truncated_by
-    rounds.add(deployment_id, r.request_id, fixed.rounds, STOP_REASON[r.finish], r.arrival)
+    add_reconciled_rounds(rounds, tally, summary, deployment_id, r.request_id, steps, r.completion,
+                          spec is not None, STOP_REASON[r.finish], r.arrival)
 
 
 def _steps(spec: dict, overrides: Overrides, summary: ImportSummary, tally: Tally) -> list[tuple[int, int]] | None:
     missing = [key for key in _REQUIRED if spec[key] is None]
     if missing:
-        summary.skip(_NOT_REBUILT + f"{_PAYLOAD} without " + ", ".join(missing))
+        summary.skip(NOT_REBUILT + f"{_PAYLOAD} without " + ", ".join(missing))
         return None
     gamma = spec["num_spec_tokens"] if spec["num_spec_tokens"] is not None else overrides.num_speculative_tokens
     if gamma is None:
-        summary.skip(_NOT_REBUILT + "no fixed draft length (num_spec_tokens null, as under draft_len_schedule) "
+        summary.skip(NOT_REBUILT + "no fixed draft length (num_spec_tokens null, as under draft_len_schedule) "
                      "and no --num-speculative-tokens")
         return None
     histogram = spec["acceptance_histogram"]
     if spec["num_spec_tokens"] is not None and len(histogram) != gamma + 1:
-        summary.skip(_NOT_REBUILT + "acceptance_histogram does not have num_spec_tokens + 1 buckets")
+        summary.skip(NOT_REBUILT + "acceptance_histogram does not have num_spec_tokens + 1 buckets")
         return None
     reason = check_histogram(histogram, spec["num_spec_steps"], spec["total_draft_tokens"],
                              spec["total_accepted_draft_tokens"], gamma)
     if reason:
         reason = (reason.replace("num_draft_tokens", "total_draft_tokens")
                   .replace("the accepted draft tokens", "total_accepted_draft_tokens"))
-        summary.skip(_NOT_REBUILT + reason)
+        summary.skip(NOT_REBUILT + reason)
         return None
     if spec["num_spec_steps"]:
         tally.rebuilt += 1

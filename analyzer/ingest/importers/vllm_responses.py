@@ -21,14 +21,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import (STOP_REASON, ImportSummary, Overrides, RoundsBuffer, is_int, ms_us, rebuild_from_histogram,
-                     reconcile)
-from .responses import (FINISH_REASON, RequestsBuffer, ResponseImport, Tally, Where, arrival_from, get,
-                        wrapper_values)
+from .common import STOP_REASON, ImportSummary, Overrides, RoundsBuffer, is_int, ms_us, rebuild_from_histogram
+from .responses import (FINISH_REASON, NOT_REBUILT, RequestsBuffer, ResponseImport, Tally, Where,
+                        add_reconciled_rounds, arrival_from, get, wrapper_values)
 
 SOURCE = "vllm-responses"
 
-_NOT_REBUILT = "requests without rounds: "
 _NO_USAGE = "stream without a usage chunk: request it with stream_options.include_usage"
 DONE = "[DONE]"
 _END = object()                 # what unframe() gives for data: [DONE]
@@ -266,15 +264,8 @@ def _one(obj, where: Where, deployment_id: str, overrides: Overrides, summary: I
                        summary, tally, label)
         if steps is None:
             return
-    fixed = reconcile(steps, completion)
-    if fixed.error:
-        summary.skip(_NOT_REBUILT + fixed.error)
-        return
-    if spec is not None and fixed.plain_appended:
-        tally.short[request_id] = fixed.plain_appended
-    if fixed.truncated_by:
-        tally.over[request_id] = fixed.truncated_by
-    rounds.add(deployment_id, request_id, fixed.rounds, STOP_REASON[FINISH_REASON[finish]], arrival)
+    add_reconciled_rounds(rounds, tally, summary, deployment_id, request_id, steps, completion, spec is not None,
+                          STOP_REASON[FINISH_REASON[finish]], arrival)
 
 
 def _times(metrics: dict, arrival: int, where: Where) -> tuple[int | None, int | None]:
@@ -312,7 +303,7 @@ def _steps(spec: dict, where: Where, gamma: int | None, summary: ImportSummary,
     accepted = get(spec, "per_step_accepted", "integer list", where, label + "per_step_accepted")
     if drafted is not None and accepted is not None:
         if len(drafted) != len(accepted):
-            summary.skip(_NOT_REBUILT + "per_step_drafted and per_step_accepted differ in length")
+            summary.skip(NOT_REBUILT + "per_step_drafted and per_step_accepted differ in length")
             return None
         return list(zip(drafted, accepted))
     steps = get(spec, "num_spec_steps", "integer", where, label + "num_spec_steps")
@@ -320,15 +311,15 @@ def _steps(spec: dict, where: Where, gamma: int | None, summary: ImportSummary,
     accepted_tokens = get(spec, "num_accepted_draft_tokens", "integer", where, label + "num_accepted_draft_tokens")
     histogram = get(spec, "acceptance_histogram", "integer list", where, label + "acceptance_histogram")
     if histogram is None or steps is None or draft_tokens is None:
-        summary.skip(_NOT_REBUILT + "neither per-step arrays nor a complete summary "
+        summary.skip(NOT_REBUILT + "neither per-step arrays nor a complete summary "
                      "(acceptance_histogram, num_spec_steps, num_draft_tokens)")
         return None
     if gamma is None:
-        summary.skip(_NOT_REBUILT + "summary without num_spec_tokens (and no --num-speculative-tokens)")
+        summary.skip(NOT_REBUILT + "summary without num_spec_tokens (and no --num-speculative-tokens)")
         return None
     reason = check_histogram(histogram, steps, draft_tokens, accepted_tokens, gamma)
     if reason:
-        summary.skip(_NOT_REBUILT + reason)
+        summary.skip(NOT_REBUILT + reason)
         return None
     if steps:
         tally.rebuilt += 1
