@@ -18,7 +18,7 @@ create or replace macro packed_key_gap_us(d) as
 -- emission, whose full time is rebuilt from first_end_us, the earliest emission.
 create or replace macro packed_first_gap_us(keys, first_end_us, first_token_us) as
     case
-        when first_token_us is not null and len(keys) > 0
+        when first_token_us is not null and array_length(keys) > 0
             then [first_end_us + ((keys[1] % 2199023255552 - first_end_us) % 2199023255552 + 2199023255552)
                   % 2199023255552 - first_token_us]
         else []
@@ -28,7 +28,7 @@ create or replace macro packed_first_gap_us(keys, first_end_us, first_token_us) 
 create or replace macro packed_gaps_us(keys, first_end_us, first_token_us) as
     list_concat(
         packed_first_gap_us(keys, first_end_us, first_token_us),
-        list_transform(range(2, len(keys) + 1), lambda i: packed_key_gap_us(keys[i] - keys[i - 1]))
+        list_transform(range(2, array_length(keys) + 1), lambda i: packed_key_gap_us(keys[i] - keys[i - 1]))
     );
 
 -- When a step ended: its start plus its duration, to the microsecond. A round's

@@ -29,7 +29,7 @@ from . import buckets
 from .views import DEFAULT_REPEAT_N, View, discover_views
 
 # Functions Spark SQL runs that sqlglot's Spark parser does not list by name.
-_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"hash"})
+_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"xxhash64", "unix_micros", "timestamp_micros", "collect_set", "collect_list", "array_sort", "try_element_at"})
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,73 @@ def inline_macros(tree: exp.Expression, known: dict[str, Macro]) -> exp.Expressi
     raise ValueError("macros expand without end (a macro calls itself?)")
 
 
-def spark_sql(view: View, known: dict[str, Macro] | None = None) -> str:
-    """The view as Spark SQL, macros inlined. Raises ``sqlglot.errors.UnsupportedError``
-    for a construct sqlglot cannot render for Spark."""
-    tree = inline_macros(sqlglot.parse_one(view.sql, read="duckdb"), known or macros())
+# Where Spark needs another formulation of the same value. Each is exact: the same
+# result from either engine, checked by the parity tests (tests/test_spark.py).
+_SPARK_FUNCTIONS = {
+    # 64-bit hashes for join keys and n-grams: Spark's hash() is 32-bit murmur3, which
+    # would collide among millions of requests. The values differ from DuckDB's hash(),
+    # but they are only compared with each other, never shown.
+    "hash": "xxhash64",
+    "epoch_us": "unix_micros",
+}
+
+# Macro bodies Spark needs in another form (same value): DuckDB adds an INTERVAL of
+# microseconds, Spark counts microseconds since the epoch.
+_SPARK_MACRO_BODIES = {
+    "step_end_time": "timestamp_micros(unix_micros(start_time) + cast(round(duration_ms * 1000) as bigint))",
+}
+
+
+def _spark_form(node: exp.Expression) -> exp.Expression:
+    """One node of a DuckDB tree in the form Spark runs with the same result."""
+    if isinstance(node, exp.Anonymous) and node.name.lower() in _SPARK_FUNCTIONS:
+        return exp.Anonymous(this=_SPARK_FUNCTIONS[node.name.lower()], expressions=node.expressions)
+    if isinstance(node, exp.Distinct) and isinstance(node.parent, exp.Count):
+        # count(distinct (a, b)) counts rows as a whole: a struct in Spark, whose
+        # count(distinct a, b) would skip rows with any null field
+        node.set("expressions", [exp.Struct(expressions=e.expressions) if isinstance(e, exp.Tuple) else e
+                                 for e in node.expressions])
+        return node
+    if isinstance(node, exp.Order) and isinstance(node.parent, (exp.Avg, exp.Sum)):
+        # an ordered mean fixes the order DuckDB adds in (last-digit determinism);
+        # Spark has no ordered aggregates, and its sum differs at most in those digits
+        return node.this
+    aggregate = node.this if isinstance(node, exp.Filter) else node
+    if isinstance(aggregate, exp.ArrayAgg) and isinstance(aggregate.this, exp.Order):
+        # list(distinct g order by g) [filter (where ...)]: Spark collects a set and sorts it
+        inner = aggregate.this.this
+        distinct = isinstance(inner, exp.Distinct)
+        value = inner.expressions[0] if distinct else inner
+        collected = exp.Anonymous(this="collect_set" if distinct else "collect_list", expressions=[value])
+        if isinstance(node, exp.Filter):
+            collected = exp.Filter(this=collected, expression=node.expression)
+        return exp.Anonymous(this="array_sort", expressions=[collected])
+    if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
+        # DuckDB's list[i] is 1-based and null out of range: Spark's try_element_at is
+        # both (sqlglot shifts literal indexes only, not i in a lambda)
+        return exp.Anonymous(this="try_element_at", expressions=[node.this, node.expressions[0]])
+    if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
+        node.set("materialized", None)      # a planner hint Spark does not take
+        return node
+    if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.INT128:
+        return exp.DataType.build("decimal(38, 0)")
+    return node
+
+
+def spark_macros(repeat_n: int = DEFAULT_REPEAT_N) -> dict[str, Macro]:
+    """The macros with the bodies Spark needs where its form differs."""
+    known = dict(macros(repeat_n))
+    for name, body in _SPARK_MACRO_BODIES.items():
+        known[name] = Macro(name, known[name].parameters, sqlglot.parse_one(body, read="spark"))
+    return known
+
+
+def spark_sql(view: View | str, known: dict[str, Macro] | None = None) -> str:
+    """A view (or DuckDB SQL text) as Spark SQL, macros inlined. Raises
+    ``sqlglot.errors.UnsupportedError`` for a construct sqlglot cannot render for Spark."""
+    text = view.sql if isinstance(view, View) else view
+    tree = inline_macros(sqlglot.parse_one(text, read="duckdb"), known or spark_macros())
+    tree = tree.transform(_spark_form)
     return tree.sql(dialect="spark", unsupported_level=sqlglot.ErrorLevel.RAISE)
 
 
@@ -109,6 +172,6 @@ def non_portable(view: View, known: dict[str, Macro] | None = None) -> list[str]
 
 def portability(sql_dir=None) -> dict[str, list[str]]:
     """view name → what Spark cannot run in it, for every view that has something."""
-    known = macros()
+    known = spark_macros()
     views = discover_views(sql_dir)
     return {name: problems for name, view in sorted(views.items()) if (problems := non_portable(view, known))}

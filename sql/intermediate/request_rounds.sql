@@ -45,7 +45,7 @@ with per_request as (
         count(s.end_us) filter (where r.num_committed_tokens > 0) as emitting_rounds,
         min(s.end_us) filter (where r.num_committed_tokens > 0) as first_end_us,
         max(s.end_us) filter (where r.num_committed_tokens > 0) as last_end_us,
-        list(
+        list_sort(list(
             case
                 -- out of range: the request is not packed, and its keys are never read
                 when r.round_idx not between 0 and 1048575 then 0
@@ -54,7 +54,7 @@ with per_request as (
                          + (s.end_us % 2199023255552 + 2199023255552) % 2199023255552
                 else cast(r.round_idx as bigint) * 8796093022208
             end
-        ) as keys
+        )) as keys
     from rounds as r
     left join (select step_uid, epoch_us(step_end_time(start_time, duration_ms)) as end_us from steps) as s
         on s.step_uid = r.step_uid
@@ -63,15 +63,14 @@ with per_request as (
 
 labelled as materialized (
     select
-        p.* exclude (keys),
+        p.*,
         coalesce(q.category, 'unlabeled') as category,
         temperature_bucket(q.temperature) as temperature_bucket,
         coalesce(q.structured_output, false) as structured_output,
         q.request_uid is not null as has_request,
         epoch_us(q.first_token_time) as first_token_us,
-        p.keys,
-        list_transform(range(2, len(p.keys) + 1), lambda i: p.keys[i] - p.keys[i - 1]) as key_steps
-    from (select * replace (list_sort(keys) as keys) from per_request) as p
+        list_transform(range(2, array_length(p.keys) + 1), lambda i: p.keys[i] - p.keys[i - 1]) as key_steps
+    from per_request as p
     left join requests as q on q.request_uid = p.request_uid
 ),
 

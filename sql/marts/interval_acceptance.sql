@@ -33,7 +33,7 @@ per_position as (
     select
         deployment_id,
         date_trunc('hour', end_time) as hour,
-        unnest(range(1, len(accepted_per_position) + 1)) as position,
+        unnest(range(1, array_length(accepted_per_position) + 1)) as position,
         unnest(accepted_per_position) as accepted
     from intervals
     where accepted_per_position is not null and num_drafts is not null

@@ -10,20 +10,25 @@
 with sequences as (
     select
         request_uid,
-        len(prompt_token_ids) as prompt_len,
+        array_length(prompt_token_ids) as prompt_len,
         list_concat(prompt_token_ids, output_token_ids) as s
     from requests
     where prompt_token_ids is not null and output_token_ids is not null
 ),
 
 grams as (
-    -- position e is 0-based; the list index of the same token is e + 1
-    select
-        request_uid,
-        prompt_len,
-        unnest(range(repeat_n(), len(s))) as e,
-        unnest(list_transform(range(repeat_n() + 1, len(s) + 1), lambda i: ngram_hash(s, i))) as gram
-    from sequences
+    -- position e is 0-based; the list index of the same token is e + 1. One list of
+    -- (e, gram) pairs is unnested, not two lists side by side: Spark allows one
+    -- generator per select.
+    select p.request_uid, p.prompt_len, p.g.e as e, p.g.gram as gram
+    from (
+        select
+            request_uid,
+            prompt_len,
+            unnest(list_transform(range(repeat_n() + 1, array_length(s) + 1),
+                                  lambda i: {'e': i - 1, 'gram': ngram_hash(s, i)})) as g
+        from sequences
+    ) as p
 ),
 
 first_seen as (
@@ -49,8 +54,8 @@ select
     q.request_id,
     q.category,
     repeat_n() as repeat_n,
-    len(q.prompt_token_ids) as prompt_len,
-    len(q.output_token_ids) as output_len,
+    array_length(q.prompt_token_ids) as prompt_len,
+    array_length(q.output_token_ids) as output_len,
     coalesce(c.eligible_positions, 0) as eligible_positions,
     coalesce(c.repeats, 0) as repeats,
     coalesce(c.prompt_copies, 0) as prompt_copies,
