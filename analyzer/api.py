@@ -23,7 +23,9 @@ from .errors import EnvironmentProblem, InputProblem
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_rounds, load_traces,
                           read_summary)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
-from .analysis.views import DEFAULT_REPEAT_N, create_views
+from .analysis.views import DEFAULT_REPEAT_N, create_local_views, create_views
+
+ENGINES = ("duckdb", "spark")
 
 DEFAULT_MEMORY_LIMIT = "3GB"
 # Databases that `specan load` writes stay readable by the DuckDB CLI users install
@@ -113,7 +115,8 @@ def _total_bytes(traces: str | Path) -> int:
 
 def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: str = DEFAULT_MEMORY_LIMIT,
                 progress: Progress | None = None, views: bool = True,
-                repeat_n: int = DEFAULT_REPEAT_N, temp_dir: str | Path | None = None) -> Workspace:
+                repeat_n: int = DEFAULT_REPEAT_N, temp_dir: str | Path | None = None,
+                engine: str = "duckdb", spark_master: str | None = None) -> Workspace:
     """Load a trace directory into a scratch database, with every view unless ``views`` is false.
 
     The scratch database is a file in this run's private temporary folder, not
@@ -122,8 +125,33 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     use an in-memory database instead (it still spills to the folder): a file
     database pays a log write per statement, a third of opening a small trace.
     The folder is removed on close.
+
+    With ``engine="spark"`` the heavy pass runs on Spark (``analyzer.spark``) and the
+    workspace holds what it brings back, with every view that can be computed from
+    that. A directory written by ``specan load --engine spark --out DIR`` opens the
+    same way with the default engine.
     """
     check_memory_limit(memory_limit)
+    if engine not in ENGINES:
+        raise InputProblem(f"unknown engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if engine == "spark":
+        from . import spark
+
+        if not views:
+            summary, rejected = spark.validate(str(traces), master=spark_master, date=date, progress=progress)
+            return open_reduced({"rejected_rows": rejected}, summary, memory_limit=memory_limit,
+                                temp_dir=temp_dir, views=False)
+        tables, summary = spark.reduce_traces(str(traces), master=spark_master, date=date, progress=progress)
+        return open_reduced(tables, summary, memory_limit=memory_limit, temp_dir=temp_dir,
+                            repeat_n=repeat_n, progress=progress)
+    if _is_uri(traces):
+        raise InputProblem(f"{traces}: a URI needs --engine spark (the DuckDB engine reads local paths)")
+    if is_reduced(traces):
+        if date is not None:
+            raise InputProblem(f"{traces} holds reduced traces (specan load --engine spark): "
+                               "it has no date= partitions to select from")
+        return open_reduced_dir(traces, memory_limit=memory_limit, temp_dir=temp_dir, repeat_n=repeat_n,
+                                progress=progress)
     workdir = private_temp_dir(temp_dir)
     try:
         database = ":memory:" if _total_bytes(traces) < IN_MEMORY_BYTES else workdir / "scratch.duckdb"
@@ -147,6 +175,77 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
         Workspace(con, None, workdir).close()
         raise
     return Workspace(con, summary, workdir)
+
+
+def _is_uri(traces: str | Path) -> bool:
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(traces)))
+
+
+def is_reduced(traces: str | Path) -> bool:
+    """A directory written by ``specan load --engine spark --out DIR``."""
+    from .spark import MANIFEST
+
+    return (Path(traces) / MANIFEST).is_file()
+
+
+def open_reduced(tables: dict, summary: LoadSummary | None = None, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
+                 temp_dir: str | Path | None = None, repeat_n: int = DEFAULT_REPEAT_N,
+                 progress: Progress | None = None, views: bool = True) -> Workspace:
+    """The local finish: the reduced tables (name → Arrow table, or → SQL that reads
+    them) in a scratch database, with every view that can be computed from them.
+
+    The views that read rounds or steps (round_facts, itl_gaps, ...) are left out:
+    those rows stayed on the cluster."""
+    check_memory_limit(memory_limit)
+    workdir = private_temp_dir(temp_dir)
+    try:
+        con = connect(":memory:", memory_limit=memory_limit, spill_dir=workdir / "spill")
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    try:
+        for name, table in tables.items():
+            if isinstance(table, str):
+                con.execute(f'create temp table "{name}" as {table}')
+            else:
+                con.register("_specan_arrow", table)
+                con.execute(f'create temp table "{name}" as select * from _specan_arrow')
+                con.unregister("_specan_arrow")
+        if views:
+            if progress:
+                progress("creating the local views")
+            create_local_views(con, set(tables), repeat_n=repeat_n, progress=progress, temporary=True)
+            loaded = read_summary(con)
+            if summary is not None:
+                loaded.notes = list(summary.notes)
+            summary = loaded
+    except BaseException:
+        Workspace(con, None, workdir).close()
+        raise
+    return Workspace(con, summary, workdir)
+
+
+def open_reduced_dir(traces: str | Path, **options) -> Workspace:
+    """A directory written by ``specan load --engine spark --out DIR``, opened for the local finish."""
+    import json
+
+    from .spark import MANIFEST
+
+    root = Path(traces)
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        names = list(manifest["tables"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StructuralError(root / MANIFEST, "reduced", None, f"not a readable manifest ({exc})") from None
+    tables = {}
+    for name in names:
+        files = sorted(str(p) for p in (root / name).glob("*.parquet"))
+        if not files:
+            raise StructuralError(root / name, name, None, "no Parquet files: the reduced directory is incomplete")
+        listed = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+        tables[name] = f"select * from read_parquet({listed})"
+    summary = LoadSummary({}, {}, {}, {}, notes=list(manifest.get("notes", [])))
+    return open_reduced(tables, summary, **options)
 
 
 def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
@@ -359,3 +458,14 @@ def render_imports(imports: list[dict]) -> str:
     rows = [(m["id"], m["source"], m["imported_at"][:19] + "Z", " ".join(f"{t}={n}" for t, n in sorted(m["rows"].items())),
              " ".join(i["path"] for i in m["inputs"]) or "–") for m in imports]
     return tables.aligned(["id", "source", "imported at", "rows", "inputs"], rows)
+
+
+def write_reduced(traces: str | Path, out: str | Path, *, spark_master: str | None = None,
+                  progress: Progress | None = None) -> tuple[LoadSummary, dict[str, int]]:
+    """``specan load --engine spark --out DIR``: the heavy pass on Spark, its reduced
+    tables written under ``out`` as Parquet for a later ``specan report DIR``."""
+    from . import spark
+
+    if not _is_uri(out) and Path(out).exists() and not Path(out).is_dir():
+        raise EnvironmentProblem(f"cannot write {out}: it exists and is not a directory")
+    return spark.write_reduced(str(traces), str(out), master=spark_master, progress=progress)

@@ -208,11 +208,12 @@ def _input_notes(summary: LoadSummary) -> list[str]:
 
 def _table_notes(con, summary: LoadSummary) -> list[str]:
     notes = []
-    overlapping = con.execute("select count(*) from steps where draft_ms + verify_ms > duration_ms").fetchone()[0]
+    overlapping, unknown_parts = con.execute(
+        "select coalesce(sum(overlapping_steps), 0), coalesce(sum(steps_without_parts), 0) from step_part_counts"
+    ).fetchone()
     if overlapping:
         notes.append(f"{overlapping} steps have draft_ms + verify_ms > duration_ms (drafting overlaps "
                      "verification): their other_ms is unknown")
-    unknown_parts = con.execute("select count(*) from steps where draft_ms is null or verify_ms is null").fetchone()[0]
     if unknown_parts:
         notes.append(f"{unknown_parts} steps lack draft_ms or verify_ms: their other_ms is unknown")
     no_step = con.execute("select coalesce(sum(num_rounds), 0) from round_cells where not has_step"

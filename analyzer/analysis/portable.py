@@ -29,7 +29,7 @@ from . import buckets
 from .views import DEFAULT_REPEAT_N, View, discover_views
 
 # Functions Spark SQL runs that sqlglot's Spark parser does not list by name.
-_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"xxhash64", "unix_micros", "timestamp_micros", "collect_set", "collect_list", "array_sort", "try_element_at"})
+_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"xxhash64", "unix_micros", "timestamp_micros", "collect_set", "collect_list", "array_sort", "try_element_at", "isnan", "double"})
 
 
 @dataclass(frozen=True)
@@ -129,10 +129,28 @@ def _spark_form(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Filter):
             collected = exp.Filter(this=collected, expression=node.expression)
         return exp.Anonymous(this="array_sort", expressions=[collected])
+    if isinstance(node, exp.Div) and not node.args.get("_spark_double"):
+        # DuckDB's / divides as DOUBLE whatever the operands; Spark divides DECIMAL sums
+        # as DECIMAL, rounded to the result's scale
+        div = exp.Div(this=exp.cast(node.this, "double"), expression=exp.cast(node.expression, "double"))
+        div.set("_spark_double", True)
+        return div
+    if isinstance(node, exp.Avg) and not isinstance(node.parent, exp.Cast):
+        # DuckDB's avg() is DOUBLE; Spark's avg of a DECIMAL is a DECIMAL
+        return exp.cast(node, "double")
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "isfinite":
+        # NaN and ±inf read as null (docs/trace-format.md); Spark has no isfinite()
+        (x,) = node.expressions
+        return exp.paren(sqlglot.parse_one(
+            "not isnan(x) and x not in (double('inf'), double('-inf'))", read="spark").transform(
+                lambda n: x.copy() if isinstance(n, exp.Column) and n.name == "x" else n))
     if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
         # DuckDB's list[i] is 1-based and null out of range: Spark's try_element_at is
-        # both (sqlglot shifts literal indexes only, not i in a lambda)
-        return exp.Anonymous(this="try_element_at", expressions=[node.this, node.expressions[0]])
+        # both; sqlglot stores a literal index 0-based and any other as written)
+        (index,) = node.expressions
+        if isinstance(index, exp.Literal) and not index.is_string:
+            index = exp.Literal.number(int(index.this) + 1)
+        return exp.Anonymous(this="try_element_at", expressions=[node.this, index])
     if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
         node.set("materialized", None)      # a planner hint Spark does not take
         return node
@@ -154,7 +172,13 @@ def spark_sql(view: View | str, known: dict[str, Macro] | None = None) -> str:
     ``sqlglot.errors.UnsupportedError`` for a construct sqlglot cannot render for Spark."""
     text = view.sql if isinstance(view, View) else view
     tree = inline_macros(sqlglot.parse_one(text, read="duckdb"), known or spark_macros())
-    tree = tree.transform(_spark_form)
+    # sqlglot does not descend into a node a transform replaced: repeat until nothing changes
+    # (every rewrite replaces what it matched, so a second pass never applies it twice)
+    for _ in range(10):
+        before = tree.sql(dialect="duckdb")
+        tree = tree.transform(_spark_form)
+        if tree.sql(dialect="duckdb") == before:
+            break
     return tree.sql(dialect="spark", unsupported_level=sqlglot.ErrorLevel.RAISE)
 
 

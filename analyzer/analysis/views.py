@@ -33,6 +33,9 @@ from . import buckets
 
 LAYERS = ("staging", "intermediate", "marts")
 MATERIALIZED_FILE = "materialized.toml"
+SCALEOUT_FILE = "scaleout.toml"
+# The input tables the views read (besides metadata tables, which always exist).
+INPUT_TABLES = frozenset({"deployments", "requests", "steps", "rounds", "intervals"})
 
 DEFAULT_REPEAT_N = 3
 
@@ -82,6 +85,33 @@ def _materialized(sql_dir: Path) -> set[str]:
     if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
         raise ViewError(f"{path}: 'tables' must be a list of view names")
     return {t.lower() for t in tables}
+
+
+@dataclass(frozen=True)
+class ScaleOut:
+    """``sql/scaleout.toml``: which views a scale-out engine computes (``heavy``), and which
+    of them come back to the local finish, each with the columns left behind (``fetched``)."""
+
+    heavy: frozenset[str]
+    fetched: dict[str, tuple[str, ...]]
+
+
+def scaleout_split(sql_dir: Path | None = None) -> ScaleOut:
+    sql_dir = sql_dir or resource_dir("sql")
+    path = sql_dir / SCALEOUT_FILE
+    try:
+        declared = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ViewError(f"{path}: {exc}") from None
+    views = discover_views(sql_dir)
+    heavy = frozenset(declared.get("heavy", []))
+    fetched = {name: tuple(columns) for name, columns in declared.get("fetched", {}).items()}
+    unknown = sorted((heavy | fetched.keys()) - views.keys())
+    if unknown:
+        raise ViewError(f"{path}: no view named {', '.join(unknown)}")
+    if not fetched.keys() <= heavy:
+        raise ViewError(f"{path}: fetched views that are not heavy: {', '.join(sorted(fetched.keys() - heavy))}")
+    return ScaleOut(heavy, fetched)
 
 
 def discover_views(sql_dir: Path | None = None) -> dict[str, View]:
@@ -169,3 +199,32 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
         except duckdb.Error as exc:
             raise ViewError(f"{view.path}: cannot create view {name}: {str(exc).splitlines()[0]}") from None
     return order
+
+
+def create_local_views(con: duckdb.DuckDBPyConnection, present: set[str], sql_dir: Path | None = None, *,
+                       repeat_n: int = DEFAULT_REPEAT_N, progress=None, temporary: bool = False) -> list[str]:
+    """The local finish after a scale-out engine: every view that is not already a table
+    in ``present`` and whose inputs are there. Returns the views left out (they read
+    rounds or steps, which stayed on the cluster)."""
+    create_macros(con, repeat_n, sql_dir, temporary)
+    views = discover_views(sql_dir)
+    available = set(present)
+    left_out = []
+    for name in dependency_order(views):
+        if name in present:
+            continue
+        view = views[name]
+        needed = (view.references & (views.keys() | INPUT_TABLES)) - {name}
+        if not needed <= available:
+            left_out.append(name)
+            continue
+        kind = ("table" if view.materialized else "view") if not temporary else (
+            "temp table" if view.materialized else "temp view")
+        if view.materialized and progress:
+            progress(f"computing {name}")
+        try:
+            con.execute(f'create or replace {kind} "{name}" as\n{view.sql}')
+        except duckdb.Error as exc:
+            raise ViewError(f"{view.path}: cannot create view {name}: {str(exc).splitlines()[0]}") from None
+        available.add(name)
+    return left_out

@@ -208,8 +208,13 @@ def _always_castable(arrow_type: pa.DataType, declared: str) -> bool:
     return False
 
 
-def check_structure(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]) -> None:
-    """Raise StructuralError for a missing table or column, or an uncastable value."""
+def check_structure(con: duckdb.DuckDBPyConnection | None, found: dict[str, TableFiles],
+                    cast_check: Callable | None = None) -> None:
+    """Raise StructuralError for a missing table or column, or an uncastable value.
+
+    ``cast_check(path, table, column, declared, arrow_type)`` looks for an uncastable
+    value in one file (default: DuckDB on ``con``; the Spark engine passes its own)."""
+    cast_check = cast_check or (lambda *args: _check_cast(con, *args))
     schemas = load_schemas()
     for table, entry in found.items():
         schema = schemas[table]
@@ -229,7 +234,7 @@ def check_structure(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]
                     continue
                 arrow_type = arrow.field(column.name).type
                 if not _always_castable(arrow_type, column.type):
-                    _check_cast(con, path, table, column.name, column.type, arrow_type)
+                    cast_check(path, table, column.name, column.type, arrow_type)
 
 
 def _check_cast(con, path: Path, table: str, column: str, declared: str, arrow_type: pa.DataType) -> None:

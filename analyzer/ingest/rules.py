@@ -145,24 +145,31 @@ def _partition_columns(schema: TableSchema, plan: TablePlan) -> tuple[str, ...]:
     return tuple(p for p in plan.partitions if p not in schema.column_names)
 
 
-def raw_table_sql(schema: TableSchema, plan: TablePlan, *, view: str | None = None) -> str:
-    """One scan of the table's files into ``_raw_<table>``, typed and defaulted.
-
-    With ``view``, the same select becomes a view of that name over the files
-    instead: nothing is copied, and every query reads the Parquet directly.
-    """
+def raw_select_sql(schema: TableSchema, plan: TablePlan, source: str | None) -> str:
+    """The select that types and defaults the table's rows read from ``source`` (a
+    relation holding the files' columns, unioned by name; None: no files)."""
     exprs = _column_exprs(schema, plan)
     select = [f"{expr} as {q(name)}" for name, expr in exprs.items()]
     select += [f"{q(c)} as {q('input_' + c)}" if c in DERIVED_COLUMNS else q(c) for c in plan.extra_columns]
     select += [q(p) for p in _partition_columns(schema, plan)]
     select += [f"{expr} as {name}" for name, expr in _link_columns(schema, plan, exprs).items()]
     columns = ",\n  ".join(select)
+    if source is None:
+        return f"select\n  {columns}\nwhere false"
+    return f"select\n  {columns}\nfrom {source}"
+
+
+def raw_table_sql(schema: TableSchema, plan: TablePlan, *, view: str | None = None) -> str:
+    """One scan of the table's files into ``_raw_<table>``, typed and defaulted.
+
+    With ``view``, the same select becomes a view of that name over the files
+    instead: nothing is copied, and every query reads the Parquet directly.
+    """
     target = f"view {q(view)}" if view else f"table _raw_{schema.table}"
-    if not plan.files:
-        return f"create or replace {target} as select\n  {columns}\nwhere false"
     hive = "true" if plan.partitions else "false"
-    return (f"create or replace {target} as select\n  {columns}\n"
-            f"from read_parquet({_file_list(plan.files)}, union_by_name = true, hive_partitioning = {hive})")
+    source = (f"read_parquet({_file_list(plan.files)}, union_by_name = true, hive_partitioning = {hive})"
+              if plan.files else None)
+    return f"create or replace {target} as {raw_select_sql(schema, plan, source)}"
 
 
 # --------------------------------------------------------------------------- row rules
@@ -194,14 +201,39 @@ def rejected_sql(schema: TableSchema, plan: TablePlan, parents: dict[str, str] |
     ``parents`` maps a parent table to the relation that holds it as read
     (default ``_raw_<parent>``, while it is not yet clean).
     """
-    parents = parents or {}
+    ctes, joins, cases = _rule_parts(schema, plan, parents or {}, row_ids=True)
+    return (
+        f"create or replace table _rejected_{schema.table} as\nwith " + ",\n".join(ctes) + "\n"
+        f"select * from (\n  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,\n"
+        "    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._specan_row\n"
+        "  from r\n  " + "\n  ".join(joins) + "\n) where reason is not null"
+    )
+
+
+def classified_sql(schema: TableSchema, plan: TablePlan) -> str:
+    """Every row of ``_raw_<table>`` with ``_row_key`` and ``_reason`` (null: clean), by
+    the same rules as ``rejected_sql``. For engines without row ids (Spark): the
+    clean rows and the rejected ones are two filters of this one relation."""
+    ctes, joins, cases = _rule_parts(schema, plan, {}, row_ids=False)
+    return (
+        "with " + ",\n".join(ctes) + "\n"
+        f"select r.*, {_row_key(schema, plan)} as _row_key,\n"
+        "  case\n    " + "\n    ".join(cases) + "\n  end as _reason\n"
+        "from r\n" + "\n".join(joins)
+    )
+
+
+def _rule_parts(schema: TableSchema, plan: TablePlan, parents: dict[str, str],
+                row_ids: bool) -> tuple[list[str], list[str], list[str]]:
+    """The CTEs, joins and ``when ... then reason`` cases of the table's row rules."""
     if schema.merge_identical_rows:
-        return _rejected_merged_sql(schema, plan)
+        return _merged_rule_parts(schema, row_ids)
     keys = _key_columns(schema, plan)
     null_required = _null_required(schema)
-    ctes = [f"r as (select *, rowid as _specan_row from _raw_{schema.table})"]
+    row_id = ", rowid as _specan_row" if row_ids else ""
+    ctes = [f"r as (select *{row_id} from _raw_{schema.table})"]
     if any("_implicit_stop_round" in rule.when for rule in schema.rules):
-        ctes[0] = _implicit_stop_cte(schema, plan)
+        ctes[0] = _implicit_stop_cte(schema, plan, row_ids=row_ids)
     # Duplicates: group by one 64-bit hash of the key first (cheap even over string keys),
     # then compare the real keys only among rows whose hash repeats.
     key_hash = "hash(" + ", ".join(f"r.{q(k)}" for k in keys) + ")"
@@ -235,12 +267,7 @@ def rejected_sql(schema: TableSchema, plan: TablePlan, parents: dict[str, str] |
         if ref.ambiguous_reason:
             ambiguous.append(f"when p{i}._parents > 1 then {lit(ref.ambiguous_reason)}")
     cases += ambiguous
-    return (
-        f"create or replace table _rejected_{schema.table} as\nwith " + ",\n".join(ctes) + "\n"
-        f"select * from (\n  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,\n"
-        "    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._specan_row\n"
-        "  from r\n  " + "\n  ".join(joins) + "\n) where reason is not null"
-    )
+    return ctes, joins, cases
 
 
 def row_rule_count_sql(schema: TableSchema, plan: TablePlan, relation: str) -> str:
@@ -276,26 +303,18 @@ def _implicit_stop_cte(schema: TableSchema, plan: TablePlan, relation: str | Non
             f"as _implicit_stop_round from {relation})")
 
 
-def _rejected_merged_sql(schema: TableSchema, plan: TablePlan) -> str:
+def _merged_rule_parts(schema: TableSchema, row_ids: bool) -> tuple[list[str], list[str], list[str]]:
     """deployments: identical copies are one row; copies that differ are all duplicate_key."""
     null_required = _null_required(schema)
     listed = ", ".join(q(c) for c in schema.column_names)
     (key,) = schema.key
-    return f"""create or replace table _rejected_{schema.table} as
-with r as (select *, rowid as _specan_row from _raw_{schema.table}),
-variants as (
-  select {q(key)} as _k, count(distinct ({listed})) as _n
-  from r where not ({null_required}) group by all
-)
-select * from (
-  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,
-    case
-      when {null_required} then 'null_required'
-      when variants._n > 1 then 'duplicate_key'
-    end as reason,
-    r._specan_row
-  from r left join variants on r.{q(key)} = variants._k
-) where reason is not null"""
+    row_id = ", rowid as _specan_row" if row_ids else ""
+    ctes = [f"r as (select *{row_id} from _raw_{schema.table})",
+            f"variants as (select {q(key)} as _k, count(distinct ({listed})) as _n "
+            f"from r where not ({null_required}) group by all)"]
+    joins = [f"left join variants on r.{q(key)} = variants._k"]
+    cases = [f"when {null_required} then 'null_required'", "when variants._n > 1 then 'duplicate_key'"]
+    return ctes, joins, cases
 
 
 def clean_table_sql(schema: TableSchema, plan: TablePlan) -> list[str]:

@@ -10,7 +10,12 @@ with ranked as (
         a.num_spec_rounds,
         a.num_accepted_tokens,
         a.num_committed_tokens,
-        ntile(4) over (partition by r.deployment_id, r.category order by r.repeat_ratio, r.request_uid)
+        -- ties are broken by md5(request_id), a pseudo-random order that does not depend on
+        -- how the uids were hashed (DuckDB or Spark), then by every column summed below:
+        -- requests that tie on all of them are interchangeable
+        ntile(4) over (partition by r.deployment_id, r.category
+                       order by r.repeat_ratio, md5(r.request_id), a.num_rounds, a.num_spec_rounds,
+                                a.num_accepted_tokens, a.num_committed_tokens)
             as quartile
     from request_repetition as r
     join request_acceptance as a on a.request_uid = r.request_uid

@@ -1,0 +1,141 @@
+"""The heavy pass on Spark, and what it brings back.
+
+Which views are heavy, and which of them come back, is declared in
+``sql/scaleout.toml``; the views themselves are the ``sql/`` files, transpiled
+(``analysis.portable``). Nothing here restates a metric.
+
+What comes back ("the reduced traces") is the fetched heavy views plus the input
+tables the local finish reads: deployments, requests (token ids left on the
+cluster: only whether a request had them), intervals, the rejected rows and the
+metadata tables. ``fetch`` brings them to the driver as Arrow; ``write`` has Spark
+write them as Parquet (any path Spark can write, object storage included) for a
+later ``specan report DIR`` on a laptop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from ..analysis import portable
+from ..analysis.views import dependency_order, discover_views, scaleout_split
+from ..errors import EnvironmentProblem, InternalError
+from ..ingest.load import LoadSummary
+
+Progress = Callable[[str], None]
+
+# The marker of a reduced trace directory, with what the report needs besides the tables.
+MANIFEST = "_specan_reduced.json"
+FORMAT_VERSION = 1
+
+_TOKEN_LISTS = ("prompt_token_ids", "output_token_ids")
+
+
+def run_heavy_pass(spark, progress: Progress | None = None) -> dict:
+    """Create every heavy view on ``spark`` (the clean tables must be there); return the
+    fetched ones as DataFrames, without the columns that stay on the cluster."""
+    say = progress or (lambda _msg: None)
+    views, split = discover_views(), scaleout_split()
+    known = portable.spark_macros()
+    for name in dependency_order(views):
+        if name not in split.heavy:
+            continue
+        view = views[name]
+        local = sorted((view.references & views.keys()) - split.heavy - {name})
+        if local:
+            raise InternalError(f"sql/scaleout.toml: heavy view {name} reads {', '.join(local)}, "
+                                "which is not heavy")
+        try:
+            frame = spark.sql(portable.spark_sql(view.sql, known))
+        except Exception as exc:
+            raise InternalError(f"{view.path}: Spark cannot run view {name}: {_first_line(exc)}") from None
+        if view.materialized:
+            say(f"computing {name} on Spark")
+            from pyspark import StorageLevel
+            frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        frame.createOrReplaceTempView(name)
+    _check_aggregate_link_keys(spark)
+    return {name: spark.table(name).drop(*columns) for name, columns in split.fetched.items()}
+
+
+def _check_aggregate_link_keys(spark) -> None:
+    """``ingest.load.check_link_keys`` on the aggregates: one id per uid among the rounds."""
+    for uid, aggregate, parent in (("request_uid", "request_rounds", "requests"),
+                                   ("step_uid", "step_rounds", "steps")):
+        hit = spark.sql(f"select {uid} from {aggregate} where {uid}_collides limit 1").collect()
+        if hit:
+            raise InternalError(f"hash collision: {uid} {hit[0][0]} stands for two different {parent} keys, "
+                                "which every number would merge; nothing is reported (please report this)")
+
+
+def reduced_frames(spark, progress: Progress | None = None) -> dict:
+    """Everything the local finish reads, as DataFrames: the fetched heavy views and the
+    input and metadata tables."""
+    frames = run_heavy_pass(spark, progress)
+    frames["deployments"] = spark.table("deployments")
+    requests = spark.table("requests")
+    # whether a request had token ids is all the local views read of them; the ids stay
+    requests = requests.selectExpr(*[
+        f"case when `{c}` is not null then cast(array() as {requests.schema[c].dataType.simpleString()}) end as `{c}`"
+        if c in _TOKEN_LISTS else f"`{c}`" for c in requests.columns])
+    frames["requests"] = requests
+    for name in ("intervals", "rejected_rows", "trace_tables", "trace_columns", "import_notes"):
+        if spark.catalog.tableExists(name):
+            frames[name] = spark.table(name)
+    return frames
+
+
+def fetch(frames: dict, progress: Progress | None = None) -> dict[str, pa.Table]:
+    """The reduced tables on the driver, as Arrow, with timestamps as DuckDB's TIMESTAMP."""
+    say = progress or (lambda _msg: None)
+    tables = {}
+    for name, frame in frames.items():
+        say(f"bringing back {name}")
+        tables[name] = _naive_timestamps(frame.toArrow())
+    return tables
+
+
+def _naive_timestamps(table: pa.Table) -> pa.Table:
+    """Spark's timestamps arrive as UTC instants; the traces' are naive UTC (TIMESTAMP)."""
+    fields = [pa.field(f.name, pa.timestamp("us"), f.nullable)
+              if pa.types.is_timestamp(f.type) and f.type.tz is not None else f for f in table.schema]
+    return table.cast(pa.schema(fields)) if fields != list(table.schema) else table
+
+
+def write(spark, frames: dict, out: str, summary: LoadSummary, progress: Progress | None = None) -> dict[str, int]:
+    """Write the reduced tables under ``out`` (one Parquet folder each) and the manifest
+    last, so a directory with a manifest is complete. Returns rows written per table."""
+    say = progress or (lambda _msg: None)
+    base = out.rstrip("/")
+    rows = {}
+    for name, frame in frames.items():
+        say(f"writing {name}")
+        try:
+            frame.write.mode("overwrite").parquet(f"{base}/{name}")
+        except Exception as exc:
+            raise EnvironmentProblem(f"cannot write {base}/{name}: {_first_line(exc)}") from None
+        rows[name] = spark.read.parquet(f"{base}/{name}").count()
+    manifest = {"format": "specan-reduced", "version": FORMAT_VERSION, "tables": sorted(frames),
+                "notes": summary.notes, "rows": rows}
+    _write_text(spark, f"{base}/{MANIFEST}", json.dumps(manifest, indent=2) + "\n")
+    return rows
+
+
+def _write_text(spark, uri: str, text: str) -> None:
+    """One small file, through Hadoop's FileSystem (the same credentials as the Parquet)."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    try:
+        stream = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(path, True)
+        stream.write(bytearray(text.encode("utf-8")))
+        stream.close()
+    except Exception as exc:
+        raise EnvironmentProblem(f"cannot write {uri}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:400] if text else type(exc).__name__
+

@@ -1,0 +1,298 @@
+"""Read a trace directory on Spark and apply the row rules there.
+
+The same contract as the DuckDB engine (``analyzer.ingest.load``), from the same
+code where it can be:
+
+- Discovery and the structure checks are ``ingest.load``'s for a local path, so a
+  structural error is the same one-line message and exit 2 on both engines. For a
+  URI (``s3a://``, ``gs://``, ``hdfs://``, ``file://``) the files are listed through
+  Hadoop's FileSystem, with the credentials of Spark's own configuration, and each
+  footer is read by Spark.
+- The raw select and the row rules are ``ingest.rules``' SQL, transpiled
+  (``analysis.portable.spark_sql``). Spark has no row ids, so each table is one
+  classified relation (``rules.classified_sql``): the clean rows and the rejected
+  ones are two filters of it.
+
+The clean tables end as temporary views of the session, named as in DuckDB.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from ..analysis import portable
+from ..errors import InputProblem, InternalError
+from ..ingest import rules
+from ..ingest.load import (LoadSummary, StructuralError, TableFiles, _PARTITION_SEGMENT, _plan,
+                           check_structure, discover, unknown_entries)
+from ..ingest.schema import TABLE_ORDER, load_schemas
+
+Progress = Callable[[str], None]
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(traces: str | Path) -> bool:
+    return bool(_URI.match(str(traces)))
+
+
+def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
+                  progress: Progress | None = None) -> LoadSummary:
+    """Build the clean tables as temporary views of ``spark``, with ``rejected_rows``,
+    ``trace_tables`` and ``trace_columns``; return the load summary."""
+    say = progress or (lambda _msg: None)
+    traces = str(traces)
+    if is_uri(traces):
+        found = _discover_uri(spark, traces, date, say)
+        check_structure(None, found, cast_check=lambda *a: _spark_cast_check(spark, *a))
+        notes: list[str] = []
+    else:
+        found = discover(Path(traces), date=date)
+        say("checking structure")
+        with duckdb.connect() as con:
+            check_structure(con, found)
+        notes = unknown_entries(Path(traces))
+    schemas = load_schemas()
+    plans = {t: _plan(found[t], schemas[t], found) for t in TABLE_ORDER}
+
+    for table in TABLE_ORDER:
+        say(f"reading {table} ({len(found[table].files)} file{'s' if len(found[table].files) != 1 else ''})")
+        source = _register_files(spark, traces, found[table])
+        raw = portable.spark_sql(rules.raw_select_sql(schemas[table], plans[table], source))
+        _sql(spark, raw, found[table]).createOrReplaceTempView(f"_raw_{table}")
+
+    rows_read: dict[str, int] = {}
+    rows_clean: dict[str, int] = {}
+    rejected: dict[str, dict[str, int]] = {}
+    rejected_frames = []
+    clean_frames = {}
+    # Every table's rules are applied before any clean table replaces a name: unknown_*
+    # reads the parents as read (_raw_<parent>).
+    for table in TABLE_ORDER:
+        say(f"applying row rules to {table}")
+        schema, plan = schemas[table], plans[table]
+        classified = _sql(spark, portable.spark_sql(rules.classified_sql(schema, plan)), found[table])
+        classified = classified.persist(_storage_level())
+        counts = {reason: n for reason, n in classified.groupBy("_reason").count().collect()}
+        rows_read[table] = sum(counts.values())
+        rejected[table] = dict(sorted((r, n) for r, n in counts.items() if r is not None))
+        columns = [c for c in spark.table(f"_raw_{table}").columns]
+        clean = classified.where("_reason is null").select(*columns)
+        if schema.merge_identical_rows:
+            # identical copies are one row (rules.clean_table_sql): the key decides, and
+            # partition columns are dropped, as in DuckDB
+            partitions = [p for p in plan.partitions if p not in schema.column_names]
+            clean = clean.drop(*partitions).dropDuplicates(list(schema.key))
+            rows_clean[table] = clean.count()
+        else:
+            rows_clean[table] = counts.get(None, 0)
+        clean_frames[table] = clean
+        rejected_frames.append(classified.where("_reason is not null").selectExpr(
+            f"'{table}' as table_name", "_row_key as row_key", "_reason as reason"))
+    for table, frame in clean_frames.items():
+        frame.createOrReplaceTempView(table)
+    union = rejected_frames[0]
+    for frame in rejected_frames[1:]:
+        union = union.unionByName(frame)
+    union.createOrReplaceTempView("rejected_rows")
+
+    _metadata_views(spark, found, schemas, rows_read, rows_clean)
+    _import_notes(spark, traces)
+    summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected,
+                          notes=notes, found=found)
+    check_parent_link_keys(spark, found)
+    return summary
+
+
+def _storage_level():
+    from pyspark import StorageLevel
+    return StorageLevel.MEMORY_AND_DISK
+
+
+def _sql(spark, text: str, entry: TableFiles):
+    """``spark.sql`` with a failure to read the files turned into a structural error."""
+    try:
+        return spark.sql(text)
+    except Exception as exc:  # pyspark.errors.* (analysis errors carry the SQL's own faults)
+        raise InternalError(f"Spark cannot run specan's SQL for table {entry.table}: "
+                            f"{_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:400] if text else type(exc).__name__
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _register_files(spark, traces: str, entry: TableFiles) -> str | None:
+    """A temporary view of the table's files unioned by name (None: no files).
+
+    Files with the same footer are read together; groups are unioned by name, so a
+    column missing from some files is null there, as DuckDB's union_by_name reads it.
+    """
+    if not entry.files:
+        return None
+    groups: dict[str, list] = {}
+    for path in entry.files:
+        groups.setdefault(str(entry.file_schemas[path]), []).append(str(path))
+    root = _table_root(traces, entry)
+    frame = None
+    for paths in groups.values():
+        reader = spark.read
+        if root is not None:
+            reader = reader.option("basePath", root)
+        try:
+            part = reader.parquet(*paths)
+        except Exception as exc:
+            raise StructuralError(paths[0], entry.table, None, f"not readable Parquet ({_first_line(exc)})") from None
+        frame = part if frame is None else frame.unionByName(part, allowMissingColumns=True)
+    name = f"_files_{entry.table}"
+    frame.createOrReplaceTempView(name)
+    return name
+
+
+def _table_root(traces: str, entry: TableFiles) -> str | None:
+    """The folder partitions are read below (``TRACES/<table>``), or None for one file."""
+    if not entry.partitions:
+        return None
+    return f"{traces.rstrip('/')}/{entry.table}"
+
+
+# ----------------------------------------------------------------------------- URIs
+
+
+def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[str, TableFiles]:
+    """``ingest.load.discover`` for a URI: the files listed by Hadoop's FileSystem (so
+    object storage uses Spark's own credentials), each footer read by Spark."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    root = jvm.org.apache.hadoop.fs.Path(traces)
+    try:
+        fs = root.getFileSystem(conf)
+        exists = fs.exists(root) and fs.getFileStatus(root).isDirectory()
+    except Exception as exc:
+        raise InputProblem(f"{traces}: cannot be listed ({_first_line(exc)})") from None
+    if not exists:
+        raise InputProblem(f"{traces}: no such directory")
+    base = traces.rstrip("/")
+    found = {}
+    for table in TABLE_ORDER:
+        entry = TableFiles(table)
+        single = jvm.org.apache.hadoop.fs.Path(f"{base}/{table}.parquet")
+        folder = jvm.org.apache.hadoop.fs.Path(f"{base}/{table}")
+        paths: list[str] = []
+        if fs.exists(single) and fs.exists(folder):
+            raise StructuralError(traces, table, None,
+                                  f"both {table}.parquet and {table}/ exist; expected one of them")
+        if fs.exists(single) and fs.getFileStatus(single).isFile():
+            paths = [str(single.toUri())]
+            entry.file_partitions[paths[0]] = {}
+        elif fs.exists(folder):
+            listing = fs.listFiles(folder, True)
+            while listing.hasNext():
+                status = listing.next()
+                uri = str(status.getPath().toUri())
+                if uri.endswith(".parquet") and not status.getPath().getName().startswith(("_", ".")):
+                    paths.append(uri)
+            paths.sort()
+            prefix = str(folder.toUri()).rstrip("/") + "/"
+            for path in paths:
+                segments = path[len(prefix):].split("/")[:-1] if path.startswith(prefix) else []
+                entry.file_partitions[path] = {m.group(1): m.group(2) for s in segments
+                                               if (m := _PARTITION_SEGMENT.match(s))}
+        if date is not None and any("date" in p for p in entry.file_partitions.values()):
+            paths = [p for p in paths if entry.file_partitions[p].get("date") == date]
+            if not paths:
+                raise StructuralError(f"{base}/{table}", table, None, f"no partition date={date}")
+        if paths:
+            say(f"reading the footers of {len(paths)} {table} file{'s' if len(paths) != 1 else ''}")
+        for path in paths:
+            try:
+                schema = spark.read.parquet(path).schema
+                entry.file_schemas[path] = to_arrow_schema(schema)
+            except Exception as exc:
+                raise StructuralError(path, table, None, f"not readable Parquet ({_first_line(exc)})") from None
+            entry.files.append(path)
+            for key in entry.file_partitions[path]:
+                if key not in entry.partitions:
+                    entry.partitions.append(key)
+        # a file's own schema, without the partition columns Spark appended from its path
+        for path in entry.files:
+            names = [n for n in entry.file_schemas[path].names if n not in entry.file_partitions[path]]
+            entry.file_schemas[path] = pa.schema([entry.file_schemas[path].field(n) for n in names])
+        found[table] = entry
+    if date is not None and not any("date" in p for e in found.values() for p in e.file_partitions.values()):
+        raise InputProblem(f"{traces}: no table is partitioned by date= (folders such as rounds/date={date}/), "
+                           f"so --date {date} cannot select a day")
+    return found
+
+
+def _spark_cast_check(spark, path: str, table: str, column: str, declared: str, arrow_type) -> None:
+    """``ingest.load``'s uncastable-value check, as Spark SQL over one file."""
+    view = "_specan_cast_check"
+    spark.read.parquet(path).createOrReplaceTempView(view)
+    sql = rules.uncastable_value_sql(column, declared).replace("read_parquet(?)", view)
+    try:
+        bad = spark.sql(portable.spark_sql(sql)).collect()
+    except Exception as exc:
+        raise StructuralError(path, table, column,
+                              f"expected {declared}, found {arrow_type} ({_first_line(exc)})") from None
+    if bad:
+        raise StructuralError(path, table, column,
+                              f"expected {declared}, found {arrow_type} value {bad[0][0]!r} that cannot be cast")
+
+
+# ----------------------------------------------------------------------------- metadata
+
+
+def _metadata_views(spark, found, schemas, rows_read, rows_clean) -> None:
+    from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
+    tables = [(t, found[t].present, len(found[t].files), rows_read[t], rows_clean[t]) for t in TABLE_ORDER]
+    spark.createDataFrame(tables, StructType([
+        StructField("table_name", StringType()), StructField("present", BooleanType()),
+        StructField("num_files", IntegerType()), StructField("rows_read", LongType()),
+        StructField("rows_clean", LongType())])).createOrReplaceTempView("trace_tables")
+    columns = []
+    for table in TABLE_ORDER:
+        entry, schema = found[table], schemas[table]
+        anywhere = entry.columns_anywhere
+        columns += [(table, n, True, n in anywhere, n in entry.partitions) for n in schema.column_names]
+        columns += [(table, n, False, True, n in entry.partitions) for n in sorted(anywhere - set(schema.column_names))]
+    spark.createDataFrame(columns, StructType([
+        StructField("table_name", StringType()), StructField("column_name", StringType()),
+        StructField("listed", BooleanType()), StructField("present", BooleanType()),
+        StructField("partition", BooleanType())])).createOrReplaceTempView("trace_columns")
+
+
+def _import_notes(spark, traces: str) -> None:
+    """TRACES/import_notes/ (what ``specan import`` left), when there is one."""
+    if is_uri(traces):
+        return
+    files = sorted((Path(traces) / "import_notes").rglob("*.parquet")) if (Path(traces) / "import_notes").is_dir() else []
+    if files:
+        spark.read.parquet(*[str(f) for f in files]).createOrReplaceTempView("import_notes")
+
+
+def check_parent_link_keys(spark, found: dict[str, TableFiles]) -> None:
+    """``ingest.load.check_link_keys`` for the parents, on Spark: one key per uid."""
+    for parent, uid, column in (("requests", "request_uid", "request_id"), ("steps", "step_uid", "step_id")):
+        if not found[parent].present:
+            continue
+        shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
+        key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
+        sql = (f"select {uid} from _raw_{parent} group by {uid} "
+               f"having count(distinct ({key}, 0)) > 1 limit 1")
+        hit = spark.sql(portable.spark_sql(sql)).collect()
+        if hit:
+            raise InternalError(f"hash collision: {uid} {hit[0][0]} stands for two different {parent} keys, "
+                                "which every number would merge; nothing is reported (please report this)")
+
