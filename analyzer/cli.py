@@ -125,6 +125,16 @@ def _check_memory_limit(_ctx, _param, value: str) -> str:
         raise click.BadParameter(str(exc).removeprefix("--memory-limit "), param_hint="--memory-limit") from None
 
 
+def _engine_option(f):
+    f = click.option("--spark-master", "spark_master", default=None, metavar="URL",
+                     help="With --engine spark: the Spark master (local[4], yarn, k8s://HOST:PORT, "
+                          "spark://HOST:PORT). Default: the session already running (spark-submit), "
+                          "else local[*].")(f)
+    return click.option("--engine", type=click.Choice(api.ENGINES), default="duckdb", show_default=True,
+                        help="Where the heavy pass over the rounds runs: duckdb on this machine, or "
+                             "spark (pip install 'specan[spark]'); the small finish is local either way.")(f)
+
+
 def _repeat_n_option(f):
     return click.option("--repeat-n", default=3, show_default=True, type=click.IntRange(1, 32),
                         help="n of the repetition statistics: a token is a repeat when the n tokens "
@@ -156,15 +166,19 @@ def main() -> None:
     """
 
 
-_TRACES = click.argument("traces", type=click.Path(path_type=Path))
+# A path, or with --engine spark a URI (s3a://, gs://, hdfs://, file://): kept as text,
+# since pathlib would fold the URI's //.
+_TRACES = click.argument("traces", type=str)
 
 
 @main.command()
 @_TRACES
 @click.option("--strict", is_flag=True, help="Exit 1 when any row was rejected.")
+@_engine_option
 @_memory_option
 @_progress_option
-def validate(traces: Path, strict: bool, memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
+def validate(traces: str, strict: bool, engine: str, spark_master: str | None, memory_limit: str,
+             temp_dir: Path | None, progress: bool | None) -> None:
     """Check the structure of TRACES, apply the row rules, and print counts.
 
     Exit status: 0 valid (rejected rows are reported but allowed), 1 rejected
@@ -175,7 +189,7 @@ def validate(traces: Path, strict: bool, memory_limit: str, temp_dir: Path | Non
         specan validate sample_traces/ --strict
     """
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=_progress(progress), views=False,
-                         temp_dir=temp_dir)
+                         temp_dir=temp_dir, engine=engine, spark_master=spark_master)
     try:
         click.echo(api.validation_text(ws), nl=False)
     finally:
@@ -191,11 +205,13 @@ def validate(traces: Path, strict: bool, memory_limit: str, temp_dir: Path | Non
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML file of gate thresholds (defaults: docs/commands.md, section Gates).")
 @click.option("--check", is_flag=True, help="Exit 1 when a deployment gate fails.")
+@_engine_option
 @_repeat_n_option
 @_memory_option
 @_progress_option
-def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None, check: bool, repeat_n: int,
-           memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
+def report(traces: str, fmt: str, output: Path | None, config_path: Path | None, check: bool, engine: str,
+           spark_master: str | None, repeat_n: int, memory_limit: str, temp_dir: Path | None,
+           progress: bool | None) -> None:
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
     Markdown goes to stdout unless -o is given; progress goes to stderr. Gate
@@ -206,10 +222,12 @@ def report(traces: Path, fmt: str, output: Path | None, config_path: Path | None
         specan report sample_traces/
         specan report sample_traces/ --format json -o report.json
         specan report traces/ --config gates.toml --check
+        specan report s3a://bucket/traces --engine spark --spark-master yarn
     """
     show = _progress(progress)
     config = api.load_config(config_path)
-    ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir)
+    ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir,
+                         engine=engine, spark_master=spark_master)
     try:
         doc = api.report_document(ws, config=config, progress=show)
     finally:
@@ -263,22 +281,38 @@ def _emit(text_out: str, output: Path | None) -> None:
 
 @main.command()
 @_TRACES
-@click.option("--db", "db", required=True, type=click.Path(path_type=Path),
+@click.option("--db", "db", type=click.Path(path_type=Path),
               help="DuckDB database file to write (replaced if it exists).")
+@click.option("--out", "out", type=str, default=None, metavar="DIR",
+              help="With --engine spark: write the reduced aggregates as Parquet to DIR (any path "
+                   "Spark writes, s3a:// too); `specan report DIR` renders them later.")
+@_engine_option
 @_repeat_n_option
 @_memory_option
 @_progress_option
-def load(traces: Path, db: Path, repeat_n: int, memory_limit: str, temp_dir: Path | None,
-         progress: bool | None) -> None:
-    """Write the clean tables and every view of TRACES to a DuckDB database.
+def load(traces: str, db: Path | None, out: str | None, engine: str, spark_master: str | None, repeat_n: int,
+         memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
+    """Write the clean tables and every view of TRACES to a DuckDB database, or with
+    --engine spark, the reduced aggregates of TRACES to a directory.
 
     The database needs no specan afterwards: `duckdb FILE` can query it.
 
     \b
-    Example:
+    Examples:
         specan load sample_traces/ --db traces.duckdb
         duckdb traces.duckdb "select * from accept_length"
+        specan load s3a://bucket/traces --engine spark --out s3a://bucket/reduced/2026-12-01
+        specan report reduced/2026-12-01/
     """
+    if engine == "spark":
+        if db is not None or out is None:
+            raise click.UsageError("--engine spark writes a directory: give --out DIR, not --db")
+        summary, rows = api.write_reduced(traces, out, spark_master=spark_master, progress=_progress(progress))
+        click.echo(api.validation_text(summary), nl=False)
+        click.echo(f"wrote {out}: {len(rows)} tables, {sum(rows.values()):,} rows")
+        return
+    if out is not None or db is None:
+        raise click.UsageError("give --db FILE (--out DIR is for --engine spark)")
     summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress),
                                  repeat_n=repeat_n, temp_dir=temp_dir)
     click.echo(api.validation_text(summary), nl=False)
@@ -289,13 +323,16 @@ def load(traces: Path, db: Path, repeat_n: int, memory_limit: str, temp_dir: Pat
 @click.argument("args", nargs=-1, required=True)
 @click.option("--db", "db", type=click.Path(path_type=Path), help="Query a database written by `specan load`.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@_engine_option
 @_memory_option
 @_progress_option
-def sql(args: tuple[str, ...], db: Path | None, fmt: str, memory_limit: str, temp_dir: Path | None,
-        progress: bool | None) -> None:
+def sql(args: tuple[str, ...], db: Path | None, fmt: str, engine: str, spark_master: str | None,
+        memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Run one SQL query against the clean tables and views.
 
-    ARGS is `TRACES QUERY`, or just `QUERY` with --db.
+    ARGS is `TRACES QUERY`, or just `QUERY` with --db. With --engine spark the query
+    runs on what the heavy pass brings back: every view but those of single rounds
+    and steps (round_facts, step_rounds, cost_steps, stream_emissions, itl_gaps).
 
     \b
     Examples:
@@ -308,7 +345,8 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, memory_limit: str, tem
     if not args[-1].strip():
         raise click.UsageError("QUERY is empty: give one SQL statement, e.g. \"select * from accept_length\"")
     ws = (api.open_database(db, memory_limit=memory_limit, temp_dir=temp_dir) if db else
-          api.open_traces(args[0], memory_limit=memory_limit, progress=_progress(progress), temp_dir=temp_dir))
+          api.open_traces(args[0], memory_limit=memory_limit, progress=_progress(progress), temp_dir=temp_dir,
+                          engine=engine, spark_master=spark_master))
     try:
         columns, rows = api.query(ws.con, args[-1])
     except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,

@@ -15,7 +15,9 @@ measuring wall time and peak RSS with GNU time:
 - polars: bench/polars_peer.py, lazy scans of the core metrics (accept length,
   per-position survival, throughput-weighted speedup by batch bucket);
 - pandas: bench/pandas_peer.py, the same metrics read eagerly into pandas (it
-  needs about 9 GB at 50M rounds, so --no-pandas for larger runs).
+  needs about 9 GB at 50M rounds, so --no-pandas for larger runs);
+- with --spark, report_spark: the same report with `--engine spark` in Spark's
+  local mode on this machine (`--spark-master local[*]`), beside the DuckDB one.
 
 It prints report ÷ floor, report ÷ polars and report ÷ pandas, and writes
 bench/results/scale.json.
@@ -76,13 +78,19 @@ def traces_for(rounds: int) -> Path:
     return path
 
 
-def measure(rounds: int, memory: str, polars: bool, pandas: bool) -> dict:
+def measure(rounds: int, memory: str, polars: bool, pandas: bool, spark: bool = False) -> dict:
     traces = traces_for(rounds)
     row = {"rounds": rounds, "memory_limit": memory}
     with tempfile.TemporaryDirectory() as tmp:
         row["report"] = timed([sys.executable, "-m", "analyzer", "report", str(traces), "--format", "json",
                                "--memory-limit", memory, "--profile", "-o", str(Path(tmp) / "report.json")],
                               profile=True)
+        if spark:
+            row["report_spark"] = timed([sys.executable, "-m", "analyzer", "report", str(traces), "--format", "json",
+                                         "--engine", "spark", "--spark-master", "local[*]", "--profile",
+                                         "-o", str(Path(tmp) / "report-spark.json")], profile=True)
+            if row["report"]["ok"] and row["report_spark"]["ok"]:
+                row["report_spark_over_report"] = row["report_spark"]["seconds"] / row["report"]["seconds"]
     row["floor"] = timed([sys.executable, "-c", FLOOR.format(traces=traces, memory=memory)])
     for name, wanted in (("polars", polars), ("pandas", pandas)):
         if wanted:
@@ -91,8 +99,9 @@ def measure(rounds: int, memory: str, polars: bool, pandas: bool) -> dict:
         for name in ("floor", "polars", "pandas"):
             if name in row and row[name]["ok"]:
                 row[f"report_over_{name}"] = row["report"]["seconds"] / row[name]["seconds"]
-    print(json.dumps({k: v for k, v in row.items() if k != "report"} | {
-        "report": {k: v for k, v in row["report"].items() if k != "phases"}}), flush=True)
+    print(json.dumps({k: v for k, v in row.items() if k not in ("report", "report_spark")} | {
+        name: {k: v for k, v in row[name].items() if k != "phases"}
+        for name in ("report", "report_spark") if name in row}), flush=True)
     return row
 
 
@@ -102,10 +111,11 @@ def main() -> None:
     parser.add_argument("--memory-limit", default="3GB", help="passed to specan report (its default)")
     parser.add_argument("--no-polars", action="store_true", help="skip the polars peer")
     parser.add_argument("--no-pandas", action="store_true", help="skip the pandas peer (about 9 GB at 50M rounds)")
+    parser.add_argument("--spark", action="store_true", help="also time `report --engine spark` (local mode)")
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args()
     sizes = args.rounds or [1_000_000, 10_000_000, 50_000_000]
-    rows = [measure(n, args.memory_limit, not args.no_polars, not args.no_pandas) for n in sizes]
+    rows = [measure(n, args.memory_limit, not args.no_polars, not args.no_pandas, args.spark) for n in sizes]
     RESULTS.mkdir(exist_ok=True)
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.exists() else {}

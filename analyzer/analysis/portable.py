@@ -135,9 +135,13 @@ def _spark_form(node: exp.Expression) -> exp.Expression:
         div = exp.Div(this=exp.cast(node.this, "double"), expression=exp.cast(node.expression, "double"))
         div.set("_spark_double", True)
         return div
-    if isinstance(node, exp.Avg) and not isinstance(node.parent, exp.Cast):
-        # DuckDB's avg() is DOUBLE; Spark's avg of a DECIMAL is a DECIMAL
-        return exp.cast(node, "double")
+    if isinstance(node, exp.Avg) and not (isinstance(node.this, exp.Cast) and node.this.is_type("double")):
+        # DuckDB's avg() is a DOUBLE, of a DECIMAL too (its exact sum over the count); Spark's
+        # avg of a DECIMAL is a DECIMAL rounded to 4 more places, which a fit around the mean
+        # magnifies: average the values as DOUBLE
+        # (an ordered mean: Spark has no ordered aggregates; see the exp.Order case)
+        value = node.this.this if isinstance(node.this, exp.Order) else node.this
+        return exp.Avg(this=exp.cast(value, "double"))
     if isinstance(node, exp.Anonymous) and node.name.lower() == "isfinite":
         # NaN and ±inf read as null (docs/trace-format.md); Spark has no isfinite()
         (x,) = node.expressions

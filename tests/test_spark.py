@@ -1,0 +1,212 @@
+"""The Spark engine (analyzer.spark, `--engine spark`): on the same traces it gives the
+DuckDB engine's report document (floats to 1e-9 relative), the same rejected rows and
+the same exit status and message for a structural error.
+
+Spark runs in local mode; every test here shares one session, on one xdist worker."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer import api
+from analyzer.cli import main
+from test_metrics_seed import cheap, write_seed_traces
+from tracebuilder import at, deployment, request, round_row, step, write_columns, write_table, write_traces
+
+pytestmark = pytest.mark.xdist_group("spark")
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from analyzer.spark.session import spark_session
+
+    # the CLI and the API find this session (SparkSession.getActiveSession), as they would
+    # inside spark-submit
+    return spark_session("local[2]")
+
+
+def documents(traces, spark) -> tuple[dict, dict]:
+    return document(traces, "duckdb"), document(traces, "spark")
+
+
+def document(traces, engine: str) -> dict:
+    ws = api.open_traces(traces, engine=engine)
+    try:
+        return json.loads(api.to_json(api.report_document(ws)))
+    finally:
+        ws.close()
+
+
+def differences(a, b, path="") -> list[str]:
+    """Where two documents differ: floats beyond 1e-9 relative, anything else at all."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a.keys() ^ b.keys())}"]
+        return [d for k in a for d in differences(a[k], b[k], f"{path}/{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items vs {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9):
+            return []
+        return [f"{path}: {a!r} vs {b!r}"]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def rejected_rows(traces, engine: str) -> list[tuple]:
+    ws = api.open_traces(traces, engine=engine, views=False)
+    try:
+        return ws.con.execute("select table_name, row_key, reason from rejected_rows order by all").fetchall()
+    finally:
+        ws.close()
+
+
+def test_sample_traces_give_the_same_document(spark, sample_report):
+    spark_doc = document(SAMPLE, "spark")
+    assert differences(sample_report, spark_doc) == []
+    assert len(spark_doc["deployments"]) == 6
+
+
+def test_the_seed_ledger_on_spark(spark, tmp_path):
+    # seed 8.1: a = 0.8, gamma = 4, cheap drafts -> speedup 2.334 (to the seed's 3 decimals)
+    write_seed_traces(tmp_path, 4, cheap(4))
+    duck, spark_doc = documents(tmp_path, spark)
+    assert differences(duck, spark_doc) == []
+    (row,) = [d for d in spark_doc["deployments"] if d["deployment_id"] == "spec"]
+    assert round(row["speedup"], 3) == 2.334
+
+
+def dirty_traces(root: Path) -> Path:
+    """Every row rule broken at least once, and clean rows around them."""
+    deployments = [deployment("a"), deployment("b", method="none", gamma=0),
+                   deployment("c"), deployment("c", gamma=5)]                  # c: copies differ
+    requests = [request("a", "r1"), request("a", "r2"), request("a", "r2"),   # r2 twice: duplicate_key
+                request("a", "r3", first=200.0, finish=100.0),                # time order
+                request("b", "q1"), request("zz", "r9"),                       # unknown deployment
+                {**request("a", "r4"), "prompt_tokens": -3}]                   # negative_count
+    steps = [step("a", i, duration_ms=10.0 + i, batch_size=1 + i % 3) for i in range(6)]
+    steps += [step("b", i, duration_ms=8.0) for i in range(4)]
+    steps += [{**step("a", 6), "duration_ms": -1.0}, step("a", 2)]            # negative duration; duplicate
+    rounds = [round_row("a", "r1", i, 4, i % 5, step_id=i) for i in range(5)]
+    rounds += [round_row("a", "r1", 5, 3, 4, step_id=5),                        # accepted > drafted
+               round_row("a", "r1", 6, 4, 1, step_id=5, committed=5),           # committed > accepted + 1
+               round_row("a", "r7", 0, 4, 2, step_id=1),                        # unknown request
+               round_row("a", "r1", 7, 4, 2, step_id=99),                       # unknown step
+               round_row("a", "r1", 1, 4, 0, step_id=1),                        # duplicate round key
+               {**round_row("a", "r1", 8, 4, 2, step_id=2), "num_draft_tokens": None}]   # null_required
+    rounds += [round_row("b", "q1", i, 0, 0, step_id=i) for i in range(4)]
+    return write_traces(root, deployments=deployments, requests=requests, steps=steps, rounds=rounds)
+
+
+def test_dirty_traces_reject_the_same_rows_and_report_the_same(spark, tmp_path):
+    traces = dirty_traces(tmp_path)
+    duck = rejected_rows(traces, "duckdb")
+    assert len(duck) >= 10 and {reason for *_, reason in duck} >= {
+        "duplicate_key", "null_required", "negative_count", "accepted_exceeds_drafted",
+        "committed_exceeds_accepted", "unknown_request", "unknown_step", "unknown_deployment"}
+    assert rejected_rows(traces, "spark") == duck
+    duck_doc, spark_doc = documents(traces, spark)
+    assert differences(duck_doc, spark_doc) == []
+
+
+def partitioned_traces(root: Path) -> Path:
+    """Rounds and requests partitioned by date= and region=, steps by date= only, the
+    deployments one file: the link keys must match the partitions the tables share."""
+    write_table(root, "deployments", [deployment("a"), deployment("base", method="none", gamma=0)])
+    for day in ("2026-11-26", "2026-11-27"):
+        for region in ("eu", "us"):
+            ids = [f"{region}-{i}" for i in range(3)] + ["shared"]       # 'shared' in both regions
+            write_columns(root, "requests", {
+                "deployment_id": ["a"] * 4 + ["base"] * 4, "request_id": ids * 2,
+                "arrival_time": [at(0)] * 8, "first_token_time": [at(20)] * 8, "finish_time": [at(200)] * 8,
+                "prompt_tokens": [100] * 8, "output_tokens": [12] * 8, "category": ["chat"] * 8},
+                partition=f"date={day}/region={region}")
+            dep, req, idx, step_ids, drafted, accepted, committed = [], [], [], [], [], [], []
+            for d, gamma in (("a", 4), ("base", 0)):
+                for n, rid in enumerate(ids):
+                    for i in range(4):
+                        dep.append(d); req.append(rid); idx.append(i)
+                        step_ids.append(i + 10 * n + (0 if region == "eu" else 5))
+                        drafted.append(gamma); acc = (i + n) % (gamma + 1) if gamma else 0
+                        accepted.append(acc); committed.append(acc + 1)
+            write_columns(root, "rounds", {
+                "deployment_id": dep, "request_id": req, "round_idx": idx, "step_id": step_ids,
+                "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
+                "num_committed_tokens": committed}, partition=f"date={day}/region={region}")
+        sids = sorted(set(range(0, 40)))
+        write_columns(root, "steps", {
+            "deployment_id": ["a"] * len(sids) + ["base"] * len(sids), "step_id": sids * 2,
+            "start_time": [at(10 * s) for s in sids] * 2,
+            "duration_ms": [12.0 + s % 4 for s in sids] + [9.0 + s % 3 for s in sids],
+            "batch_size": [1 + s % 4 for s in sids] * 2, "num_prefill_tokens": [0] * (2 * len(sids))},
+            partition=f"date={day}")
+    return root
+
+
+def test_partitioned_traces_give_the_same_document(spark, tmp_path):
+    traces = partitioned_traces(tmp_path)
+    assert rejected_rows(traces, "spark") == rejected_rows(traces, "duckdb")
+    duck_doc, spark_doc = documents(traces, spark)
+    assert differences(duck_doc, spark_doc) == []
+    assert duck_doc["input"]["rounds"] == 2 * 2 * 2 * 4 * 4
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("missing_column", "column num_accepted_tokens: required column is missing"),
+    ("bad_value", "column num_draft_tokens: expected INTEGER"),
+    ("missing_table", "table rounds: required table is missing"),
+])
+def test_structural_errors_exit_2_with_the_same_line(spark, tmp_path, breakage, message):
+    rows = [round_row("a", "r1", 0, 4, 2, step_id=0)]
+    if breakage == "missing_column":
+        rows = [{k: v for k, v in r.items() if k != "num_accepted_tokens"} for r in rows]
+    if breakage == "bad_value":
+        rows = [{**r, "num_draft_tokens": "four"} for r in rows]
+    write_traces(tmp_path, deployments=[deployment("a")], requests=[request("a", "r1")],
+                 steps=[step("a", 0)], rounds=None if breakage == "missing_table" else rows)
+    runner = CliRunner()
+    duck = runner.invoke(main, ["report", str(tmp_path)])
+    spark_run = runner.invoke(main, ["report", str(tmp_path), "--engine", "spark"])
+    assert (duck.exit_code, spark_run.exit_code) == (2, 2)
+    assert message in duck.output
+    assert spark_run.output == duck.output
+
+
+def test_load_out_then_report_the_directory_on_a_laptop(spark, tmp_path):
+    # a URI (file://) goes through Hadoop's FileSystem listing, as s3a:// would
+    traces = partitioned_traces(tmp_path / "traces")
+    out = tmp_path / "reduced"
+    runner = CliRunner()
+    load = runner.invoke(main, ["load", f"file://{traces}", "--engine", "spark", "--out", str(out)])
+    assert load.exit_code == 0, load.output
+    assert (out / "_specan_reduced.json").is_file() and (out / "request_rounds").is_dir()
+    assert not (out / "rounds").exists() and not (out / "steps").exists()   # nothing per round or step
+    laptop = runner.invoke(main, ["report", str(out), "--format", "json"])
+    assert laptop.exit_code == 0, laptop.output
+    duck = runner.invoke(main, ["report", str(traces), "--format", "json"])
+    assert differences(json.loads(duck.output), json.loads(laptop.output)) == []
+
+
+def test_validate_and_sql_on_spark(spark, tmp_path):
+    traces = dirty_traces(tmp_path)
+    runner = CliRunner()
+    duck = runner.invoke(main, ["validate", str(traces)])
+    on_spark = runner.invoke(main, ["validate", str(traces), "--engine", "spark"])
+    assert (duck.exit_code, on_spark.exit_code) == (0, 0)
+    assert on_spark.output == duck.output
+    query = "select deployment_id, num_requests, mean_accept_length from accept_length order by 1"
+    duck = runner.invoke(main, ["sql", str(traces), query, "--format", "csv"])
+    on_spark = runner.invoke(main, ["sql", str(traces), query, "--format", "csv", "--engine", "spark"])
+    assert on_spark.exit_code == 0 and on_spark.output == duck.output
+
+
+def test_a_uri_needs_the_spark_engine(tmp_path):
+    result = CliRunner().invoke(main, ["report", "s3a://bucket/traces"])
+    assert result.exit_code == 2
+    assert "s3a://bucket/traces: a URI needs --engine spark" in result.output
