@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
@@ -69,13 +70,13 @@ def rejected_rows(traces, engine: str) -> list[tuple]:
 
 def test_sample_traces_give_the_same_document(spark, sample_report):
     spark_doc = document(SAMPLE, "spark")
-    assert differences(sample_report, spark_doc) == []
+    assert differences(sample_report["doc"], spark_doc) == []
     assert len(spark_doc["deployments"]) == 6
 
 
 def test_the_seed_ledger_on_spark(spark, tmp_path):
     # seed 8.1: a = 0.8, gamma = 4, cheap drafts -> speedup 2.334 (to the seed's 3 decimals)
-    write_seed_traces(tmp_path, 4, cheap(4))
+    write_seed_traces(tmp_path, 4, cheap)
     duck, spark_doc = documents(tmp_path, spark)
     assert differences(duck, spark_doc) == []
     (row,) = [d for d in spark_doc["deployments"] if d["deployment_id"] == "spec"]
@@ -125,7 +126,8 @@ def partitioned_traces(root: Path) -> Path:
             write_columns(root, "requests", {
                 "deployment_id": ["a"] * 4 + ["base"] * 4, "request_id": ids * 2,
                 "arrival_time": [at(0)] * 8, "first_token_time": [at(20)] * 8, "finish_time": [at(200)] * 8,
-                "prompt_tokens": [100] * 8, "output_tokens": [12] * 8, "category": ["chat"] * 8},
+                "prompt_tokens": [100] * 8, "output_tokens": [12] * 8, "category": ["chat"] * 8,
+                "finish_reason": ["stop"] * 8},
                 partition=f"date={day}/region={region}")
             dep, req, idx, step_ids, drafted, accepted, committed = [], [], [], [], [], [], []
             for d, gamma in (("a", 4), ("base", 0)):
@@ -169,7 +171,8 @@ def test_structural_errors_exit_2_with_the_same_line(spark, tmp_path, breakage, 
     if breakage == "bad_value":
         rows = [{**r, "num_draft_tokens": "four"} for r in rows]
     write_traces(tmp_path, deployments=[deployment("a")], requests=[request("a", "r1")],
-                 steps=[step("a", 0)], rounds=None if breakage == "missing_table" else rows)
+                 steps=[step("a", 0)], rounds=None if breakage == "missing_table" else rows,
+                 types={"rounds": {"num_draft_tokens": pa.string()}} if breakage == "bad_value" else None)
     runner = CliRunner()
     duck = runner.invoke(main, ["report", str(tmp_path)])
     spark_run = runner.invoke(main, ["report", str(tmp_path), "--engine", "spark"])

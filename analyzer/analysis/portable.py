@@ -135,6 +135,11 @@ def _spark_form(node: exp.Expression) -> exp.Expression:
         div = exp.Div(this=exp.cast(node.this, "double"), expression=exp.cast(node.expression, "double"))
         div.set("_spark_double", True)
         return div
+    inner = node.this.unnest() if isinstance(node, exp.Avg) else None
+    if isinstance(inner, exp.Cast) and inner.to.is_type("decimal"):
+        # the mean of a DECIMAL (exact_ms): DuckDB divides the exact sum by the count, so
+        # equal times average to exactly that time; so does this (Spark's DOUBLE sum would not)
+        return exp.Div(this=exp.cast(exp.Sum(this=inner.copy()), "double"), expression=exp.Count(this=inner.copy()))
     if isinstance(node, exp.Avg) and not (isinstance(node.this, exp.Cast) and node.this.is_type("double")):
         # DuckDB's avg() is a DOUBLE, of a DECIMAL too (its exact sum over the count); Spark's
         # avg of a DECIMAL is a DECIMAL rounded to 4 more places, which a fit around the mean

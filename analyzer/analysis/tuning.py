@@ -234,7 +234,7 @@ def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]]) -> dict[s
         "terms": [{"x": "tokens_verified", "b": "batch_size", "q": "tokens_verified^2"}[t] for t in terms],
         "dropped": dropped,
         "r2": 1 - sse / syy if syy > 0 else None,
-        "rmse": math.sqrt(sse / n),
+        "rmse": math.sqrt(max(sse, 0.0) / n),   # an exact fit's sse can round below 0
         "observed_gamma": gammas,
         "mixed_steps": int(row["mixed_steps"]),
         "gamma_varied": len(gammas) >= 2 or (row["mixed_steps"] > 0 and "x" in terms and singular_reason is None),

@@ -218,7 +218,7 @@ def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[s
         for path in paths:
             try:
                 schema = spark.read.parquet(path).schema
-                entry.file_schemas[path] = to_arrow_schema(schema)
+                entry.file_schemas[path] = to_arrow_schema(schema, timezone="UTC")
             except Exception as exc:
                 raise StructuralError(path, table, None, f"not readable Parquet ({_first_line(exc)})") from None
             entry.files.append(path)

@@ -37,9 +37,13 @@ def spark_session(master: str | None = None):
     if session is None or master is not None:
         if master is not None and not master.strip():
             raise InputProblem("--spark-master is empty: expected e.g. local[4], yarn, k8s://HOST:PORT")
-        builder = (SparkSession.builder.appName("specan").master(master or DEFAULT_MASTER)
-                   .config("spark.ui.showConsoleProgress", "false"))
-        if (master or DEFAULT_MASTER).startswith("local"):
+        builder = SparkSession.builder.appName("specan").config("spark.ui.showConsoleProgress", "false")
+        # under spark-submit (which starts the JVM and hands pyspark its gateway) the master
+        # and every --conf come from spark-submit
+        submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+        if master is not None or not submitted:
+            builder = builder.master(master or DEFAULT_MASTER)
+        if not submitted and (master or DEFAULT_MASTER).startswith("local"):
             # One machine: no UI, and shuffles in as many partitions as it has cores
             # (Spark's default of 200 costs more in task overhead than small stages take)
             builder = (builder.config("spark.ui.enabled", "false")
