@@ -23,6 +23,7 @@ from ..analysis import portable
 from ..analysis.views import dependency_order, discover_views, scaleout_split
 from ..errors import EnvironmentProblem, InternalError
 from ..ingest.load import LoadSummary
+from .load import materialize
 
 Progress = Callable[[str], None]
 
@@ -53,8 +54,7 @@ def run_heavy_pass(spark, progress: Progress | None = None) -> dict:
             raise InternalError(f"{view.path}: Spark cannot run view {name}: {_first_line(exc)}") from None
         if view.materialized:
             say(f"computing {name} on Spark")
-            from pyspark import StorageLevel
-            frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            frame = materialize(frame)
         frame.createOrReplaceTempView(name)
     _check_aggregate_link_keys(spark)
     return {name: spark.table(name).drop(*columns) for name, columns in split.fetched.items()}

@@ -77,7 +77,7 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
         say(f"applying row rules to {table}")
         schema, plan = schemas[table], plans[table]
         classified = _sql(spark, portable.spark_sql(rules.classified_sql(schema, plan)), found[table])
-        classified = classified.persist(_storage_level())
+        classified = materialize(classified)
         counts = {reason: n for reason, n in classified.groupBy("_reason").count().collect()}
         rows_read[table] = sum(counts.values())
         rejected[table] = dict(sorted((r, n) for r, n in counts.items() if r is not None))
@@ -109,9 +109,13 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
     return summary
 
 
-def _storage_level():
+def materialize(frame):
+    """Compute ``frame`` once and keep it on the executors, its plan cut to a scan of
+    the result: later queries neither recompute it nor re-analyse its lineage (with
+    cache() every query re-plans the rules' joins, about a second per query)."""
     from pyspark import StorageLevel
-    return StorageLevel.MEMORY_AND_DISK
+
+    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
 
 
 def _sql(spark, text: str, entry: TableFiles):
