@@ -190,15 +190,19 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
     order = dependency_order(views)
     for name in order:
         view = views[name]
-        kind = ("table" if view.materialized else "view") if not temporary else (
-            "temp table" if view.materialized else "temp view")
-        if view.materialized and progress:
-            progress(f"computing {name}")
-        try:
-            con.execute(f'create or replace {kind} "{name}" as\n{view.sql}')
-        except duckdb.Error as exc:
-            raise ViewError(f"{view.path}: cannot create view {name}: {str(exc).splitlines()[0]}") from None
+        _create(con, view, temporary, progress)
     return order
+
+
+def _create(con: duckdb.DuckDBPyConnection, view: View, temporary: bool, progress) -> None:
+    kind = ("table" if view.materialized else "view") if not temporary else (
+        "temp table" if view.materialized else "temp view")
+    if view.materialized and progress:
+        progress(f"computing {view.name}")
+    try:
+        con.execute(f'create or replace {kind} "{view.name}" as\n{view.sql}')
+    except duckdb.Error as exc:
+        raise ViewError(f"{view.path}: cannot create view {view.name}: {str(exc).splitlines()[0]}") from None
 
 
 def create_local_views(con: duckdb.DuckDBPyConnection, present: set[str], sql_dir: Path | None = None, *,
@@ -218,13 +222,6 @@ def create_local_views(con: duckdb.DuckDBPyConnection, present: set[str], sql_di
         if not needed <= available:
             left_out.append(name)
             continue
-        kind = ("table" if view.materialized else "view") if not temporary else (
-            "temp table" if view.materialized else "temp view")
-        if view.materialized and progress:
-            progress(f"computing {name}")
-        try:
-            con.execute(f'create or replace {kind} "{name}" as\n{view.sql}')
-        except duckdb.Error as exc:
-            raise ViewError(f"{view.path}: cannot create view {name}: {str(exc).splitlines()[0]}") from None
+        _create(con, view, temporary, progress)
         available.add(name)
     return left_out
