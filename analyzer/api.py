@@ -63,6 +63,8 @@ class Workspace:
     con: duckdb.DuckDBPyConnection
     summary: LoadSummary
     workdir: Path | None = None  # this run's private folder (scratch database, spill), removed on close
+    # reduced traces (the Spark engine): the relations that stayed on the cluster
+    unavailable: tuple[str, ...] = ()
 
     def close(self) -> None:
         self.con.close()
@@ -214,7 +216,7 @@ def open_reduced(tables: dict, summary: LoadSummary | None = None, *, memory_lim
         if views:
             if progress:
                 progress("creating the local views")
-            create_local_views(con, set(tables), repeat_n=repeat_n, progress=progress, temporary=True)
+            left_out = create_local_views(con, set(tables), repeat_n=repeat_n, progress=progress, temporary=True)
             loaded = read_summary(con)
             if summary is not None:
                 loaded.notes = list(summary.notes)
@@ -222,7 +224,8 @@ def open_reduced(tables: dict, summary: LoadSummary | None = None, *, memory_lim
     except BaseException:
         Workspace(con, None, workdir).close()
         raise
-    return Workspace(con, summary, workdir)
+    unavailable = ("rounds", "steps", *sorted(left_out)) if views else ()
+    return Workspace(con, summary, workdir, unavailable)
 
 
 def open_reduced_dir(traces: str | Path, **options) -> Workspace:

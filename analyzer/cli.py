@@ -351,7 +351,11 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, engine: str, spark_mas
         columns, rows = api.query(ws.con, args[-1])
     except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
             duckdb.ConversionException, duckdb.InvalidInputException) as exc:
-        raise InputProblem(f"query failed: {_one_line(exc)}") from None   # the query is the user's input
+        hint = ""
+        if isinstance(exc, duckdb.CatalogException) and ws.unavailable:
+            hint = (" (reduced traces: " + ", ".join(ws.unavailable) + " stay on the cluster; "
+                    "the other views are here)")
+        raise InputProblem(f"query failed: {_one_line(exc)}{hint}") from None   # the query is the user's input
     finally:
         ws.close()
     click.echo(api.render_rows(columns, rows, fmt), nl=False)

@@ -200,6 +200,10 @@ def test_load_out_then_report_the_directory_on_a_laptop(spark, tmp_path):
     assert laptop.exit_code == 0, laptop.output
     duck = runner.invoke(main, ["report", str(traces), "--format", "json"])
     assert differences(json.loads(duck.output), json.loads(laptop.output)) == []
+    rounds = runner.invoke(main, ["sql", str(out), "select count(*) from round_facts"])
+    assert rounds.exit_code == 2
+    assert ("(reduced traces: rounds, steps, cost_steps, itl_gaps, round_facts, step_rounds, stream_emissions "
+            "stay on the cluster; the other views are here)") in rounds.output
 
 
 def test_validate_and_sql_on_spark(spark, tmp_path):
