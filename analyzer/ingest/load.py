@@ -380,6 +380,29 @@ def unconfirmed_rounds(con: duckdb.DuckDBPyConnection, found: dict[str, TableFil
     return {reason: n for reason, n in counts.items() if n}
 
 
+# The link keys: (parent table, its uid, the id it stands for, the aggregate of the rounds by it)
+LINKS = (("requests", "request_uid", "request_id", "request_rounds"),
+         ("steps", "step_uid", "step_id", "step_rounds"))
+
+
+def parent_collision_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
+                         relation: str) -> str:
+    """One ``uid`` of the parent rows in ``relation`` that stands for two keys, if any."""
+    shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
+    key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
+    return f"select {uid} from {relation} group by {uid} having count(distinct ({key}, 0)) > 1 limit 1"
+
+
+def aggregate_collision_sql(uid: str, aggregate: str) -> str:
+    """One ``uid`` behind which the rounds name two ids (the aggregate's min and max differ)."""
+    return f"select {uid} from {aggregate} where {uid}_collides limit 1"
+
+
+def collision(uid: str, value, parent: str) -> InternalError:
+    return InternalError(f"hash collision: {uid} {value} stands for two different {parent} keys, "
+                         "which every number would merge; nothing is reported (please report this)")
+
+
 def check_link_keys(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]) -> None:
     """The 64-bit link keys (request_uid, step_uid) must each stand for one key.
 
@@ -387,23 +410,18 @@ def check_link_keys(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]
     deployment, read off the aggregates (request_rounds, step_rounds) where they
     exist. A collision is astronomically rare, but it would merge two requests or
     steps silently, so it stops the run as an internal error (exit 3)."""
-    links = (("requests", "request_uid", "request_id", "request_rounds"),
-             ("steps", "step_uid", "step_id", "step_rounds"))
-    for parent, uid, column, aggregate in links:
+    for parent, uid, column, aggregate in LINKS:
         hit = None
         if found[parent].present:
-            shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
-            key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
-            hit = con.execute(f"select {uid} from {rules.parents_as_read_sql(parent)} group by {uid} "
-                              f"having count(distinct ({key}, 0)) > 1 limit 1").fetchone()
+            hit = con.execute(parent_collision_sql(found, parent, uid, column,
+                                                   rules.parents_as_read_sql(parent))).fetchone()
         if hit is None:
             try:    # the aggregates exist once the views do (not under validate)
-                hit = con.execute(f"select {uid} from {aggregate} where {uid}_collides limit 1").fetchone()
+                hit = con.execute(aggregate_collision_sql(uid, aggregate)).fetchone()
             except duckdb.CatalogException:
                 pass
         if hit is not None:
-            raise InternalError(f"hash collision: {uid} {hit[0]} stands for two different {parent} keys, "
-                                "which every number would merge; nothing is reported (please report this)")
+            raise collision(uid, hit[0], parent)
 
 
 def confirm_rounds(con: duckdb.DuckDBPyConnection, summary: LoadSummary,

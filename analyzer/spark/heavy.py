@@ -22,7 +22,7 @@ import pyarrow as pa
 from ..analysis import portable
 from ..analysis.views import dependency_order, discover_views, scaleout_split
 from ..errors import EnvironmentProblem, InternalError
-from ..ingest.load import LoadSummary
+from ..ingest.load import LINKS, LoadSummary, _first_line, aggregate_collision_sql, collision
 from .load import materialize
 
 Progress = Callable[[str], None]
@@ -62,12 +62,10 @@ def run_heavy_pass(spark, progress: Progress | None = None) -> dict:
 
 def _check_aggregate_link_keys(spark) -> None:
     """``ingest.load.check_link_keys`` on the aggregates: one id per uid among the rounds."""
-    for uid, aggregate, parent in (("request_uid", "request_rounds", "requests"),
-                                   ("step_uid", "step_rounds", "steps")):
-        hit = spark.sql(f"select {uid} from {aggregate} where {uid}_collides limit 1").collect()
+    for parent, uid, _column, aggregate in LINKS:
+        hit = spark.sql(aggregate_collision_sql(uid, aggregate)).collect()
         if hit:
-            raise InternalError(f"hash collision: {uid} {hit[0][0]} stands for two different {parent} keys, "
-                                "which every number would merge; nothing is reported (please report this)")
+            raise collision(uid, hit[0][0], parent)
 
 
 def reduced_frames(spark, progress: Progress | None = None) -> dict:
@@ -133,9 +131,3 @@ def _write_text(spark, uri: str, text: str) -> None:
         stream.close()
     except Exception as exc:
         raise EnvironmentProblem(f"cannot write {uri}: {_first_line(exc)}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:400] if text else type(exc).__name__
-

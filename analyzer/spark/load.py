@@ -28,8 +28,8 @@ import pyarrow as pa
 from ..analysis import portable
 from ..errors import InputProblem, InternalError
 from ..ingest import rules
-from ..ingest.load import (LoadSummary, StructuralError, TableFiles, _PARTITION_SEGMENT, _plan,
-                           check_structure, discover, unknown_entries)
+from ..ingest.load import (LINKS, LoadSummary, StructuralError, TableFiles, _PARTITION_SEGMENT, _first_line, _plan,
+                           check_structure, collision, discover, parent_collision_sql, unknown_entries)
 from ..ingest.schema import TABLE_ORDER, load_schemas
 
 Progress = Callable[[str], None]
@@ -125,11 +125,6 @@ def _sql(spark, text: str, entry: TableFiles):
     except Exception as exc:  # pyspark.errors.* (analysis errors carry the SQL's own faults)
         raise InternalError(f"Spark cannot run specan's SQL for table {entry.table}: "
                             f"{_first_line(exc)}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:400] if text else type(exc).__name__
 
 
 # ----------------------------------------------------------------------------- files
@@ -288,15 +283,9 @@ def _import_notes(spark, traces: str) -> None:
 
 def check_parent_link_keys(spark, found: dict[str, TableFiles]) -> None:
     """``ingest.load.check_link_keys`` for the parents, on Spark: one key per uid."""
-    for parent, uid, column in (("requests", "request_uid", "request_id"), ("steps", "step_uid", "step_id")):
-        if not found[parent].present:
-            continue
-        shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
-        key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
-        sql = (f"select {uid} from _raw_{parent} group by {uid} "
-               f"having count(distinct ({key}, 0)) > 1 limit 1")
-        hit = spark.sql(portable.spark_sql(sql)).collect()
-        if hit:
-            raise InternalError(f"hash collision: {uid} {hit[0][0]} stands for two different {parent} keys, "
-                                "which every number would merge; nothing is reported (please report this)")
-
+    for parent, uid, column, _aggregate in LINKS:
+        if found[parent].present:
+            hit = spark.sql(portable.spark_sql(
+                parent_collision_sql(found, parent, uid, column, f"_raw_{parent}"))).collect()
+            if hit:
+                raise collision(uid, hit[0][0], parent)
