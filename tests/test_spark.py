@@ -223,3 +223,23 @@ def test_a_uri_needs_the_spark_engine(tmp_path):
     result = CliRunner().invoke(main, ["report", "s3a://bucket/traces"])
     assert result.exit_code == 2
     assert "s3a://bucket/traces: a URI needs --engine spark" in result.output
+
+
+def test_a_corrupt_data_page_names_the_same_file(spark, tmp_path):
+    # the footer reads (the structure check passes); the data pages are garbage, so the
+    # read fails inside Spark's job: the file is named as the DuckDB engine names it
+    write_traces(tmp_path, deployments=[deployment("a")], requests=[request("a", "r1")], steps=[step("a", 0)])
+    write_table(tmp_path, "rounds", {"date=2026-11-27": [round_row("a", "r1", 0, 2, 1, step_id=0)],
+                                     "date=2026-11-28": [round_row("a", "r1", 0, 2, 1, step_id=0)]})
+    bad = tmp_path / "rounds" / "date=2026-11-28" / "part-0.parquet"
+    data = bytearray(bad.read_bytes())
+    footer_len = int.from_bytes(data[-8:-4], "little")
+    for i in range(4, len(data) - 8 - footer_len):
+        data[i] = 0xFF
+    bad.write_bytes(bytes(data))
+    runner = CliRunner()
+    duck = runner.invoke(main, ["validate", str(tmp_path)])
+    on_spark = runner.invoke(main, ["validate", str(tmp_path), "--engine", "spark"])
+    assert (duck.exit_code, on_spark.exit_code) == (2, 2)
+    prefix = f"Error: {bad}: table rounds: not readable Parquet ("
+    assert duck.output.startswith(prefix) and on_spark.output.startswith(prefix)

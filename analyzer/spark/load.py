@@ -26,10 +26,11 @@ import duckdb
 import pyarrow as pa
 
 from ..analysis import portable
-from ..errors import InputProblem, InternalError
+from ..errors import EnvironmentProblem, InputProblem, InternalError
 from ..ingest import rules
 from ..ingest.load import (LINKS, LoadSummary, StructuralError, TableFiles, _PARTITION_SEGMENT, _first_line, _plan,
-                           check_structure, collision, discover, parent_collision_sql, unknown_entries)
+                           _unreadable_file, check_structure, collision, discover, parent_collision_sql,
+                           unknown_entries)
 from ..ingest.schema import TABLE_ORDER, load_schemas
 
 Progress = Callable[[str], None]
@@ -77,7 +78,7 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
         say(f"applying row rules to {table}")
         schema, plan = schemas[table], plans[table]
         classified = _sql(spark, portable.spark_sql(rules.classified_sql(schema, plan)), found[table])
-        classified = materialize(classified)
+        classified = _read_or_name_the_file(lambda: materialize(classified), traces, found)
         counts = {reason: n for reason, n in classified.groupBy("_reason").count().collect()}
         rows_read[table] = sum(counts.values())
         rejected[table] = dict(sorted((r, n) for r, n in counts.items() if r is not None))
@@ -107,6 +108,23 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
                           notes=notes, found=found)
     check_parent_link_keys(spark, found)
     return summary
+
+
+def _read_or_name_the_file(run, traces: str, found: dict[str, TableFiles]):
+    """``run()``; when it fails on a local trace, the file that cannot be decoded is named
+    as the DuckDB engine names it (a structural error, exit 2). Otherwise the failure
+    is not the input's (exit 3)."""
+    try:
+        return run()
+    except Exception as exc:
+        if not is_uri(traces):
+            with duckdb.connect() as con:
+                for entry in found.values():
+                    culprit = _unreadable_file(con, entry)
+                    if culprit is not None:
+                        raise StructuralError(culprit, entry.table, None,
+                                              f"not readable Parquet ({_first_line(exc)})") from None
+        raise EnvironmentProblem(f"Spark failed reading {traces}: {_first_line(exc)}") from None
 
 
 def materialize(frame):
