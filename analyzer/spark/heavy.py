@@ -107,6 +107,7 @@ def write(spark, frames: dict, out: str, summary: LoadSummary, progress: Progres
     last, so a directory with a manifest is complete. Returns rows written per table."""
     say = progress or (lambda _msg: None)
     base = out.rstrip("/")
+    _delete(spark, f"{base}/{MANIFEST}")    # an earlier run's: DIR is incomplete until the new one
     rows = {}
     for name, frame in frames.items():
         say(f"writing {name}")
@@ -119,6 +120,15 @@ def write(spark, frames: dict, out: str, summary: LoadSummary, progress: Progres
                 "notes": summary.notes, "rows": rows}
     _write_text(spark, f"{base}/{MANIFEST}", json.dumps(manifest, indent=2) + "\n")
     return rows
+
+
+def _delete(spark, uri: str) -> None:
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    try:
+        path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, False)
+    except Exception as exc:
+        raise EnvironmentProblem(f"cannot write {uri}: {_first_line(exc)}") from None
 
 
 def _write_text(spark, uri: str, text: str) -> None:
