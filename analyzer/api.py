@@ -192,16 +192,22 @@ def is_reduced(traces: str | Path) -> bool:
 
 def open_reduced(tables: dict, summary: LoadSummary | None = None, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
                  temp_dir: str | Path | None = None, repeat_n: int = DEFAULT_REPEAT_N,
-                 progress: Progress | None = None, views: bool = True) -> Workspace:
+                 progress: Progress | None = None, views: bool = True,
+                 reduced_from: tuple[Path, ...] = ()) -> Workspace:
     """The local finish: the reduced tables (name → Arrow table, or → SQL that reads
-    them) in a scratch database, with every view that can be computed from them.
+    them from the folders ``reduced_from``) in a scratch database, with every view that
+    can be computed from them.
 
     The views that read rounds or steps (round_facts, itl_gaps, ...) are left out:
     those rows stayed on the cluster."""
     check_memory_limit(memory_limit)
     workdir = private_temp_dir(temp_dir)
     try:
-        con = connect(":memory:", memory_limit=memory_limit, spill_dir=workdir / "spill")
+        # as open_traces: a file database in the private folder once the tables are large
+        size = sum(t.nbytes for t in tables.values() if not isinstance(t, str))
+        size += sum(_total_bytes(p) for p in reduced_from) if reduced_from else 0
+        database = ":memory:" if size < IN_MEMORY_BYTES else workdir / "scratch.duckdb"
+        con = connect(database, memory_limit=memory_limit, spill_dir=workdir / "spill")
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
@@ -248,7 +254,7 @@ def open_reduced_dir(traces: str | Path, **options) -> Workspace:
         listed = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
         tables[name] = f"select * from read_parquet({listed})"
     summary = LoadSummary({}, {}, {}, {}, notes=list(manifest.get("notes", [])))
-    return open_reduced(tables, summary, **options)
+    return open_reduced(tables, summary, reduced_from=(root,), **options)
 
 
 def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
