@@ -182,6 +182,15 @@ def ms_us(ms: float) -> int:
     return int(round(ms * 1000))
 
 
+def open_input(path: Path, binary: bool = False):
+    """An input file opened for reading (text: UTF-8, undecodable bytes replaced), or the
+    one-line error that names it."""
+    try:
+        return open(path, "rb") if binary else open(path, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+
+
 def read_jsonl(path: Path, sse: bool = False) -> Iterator[tuple[int, object]]:
     """(line number, parsed value) for every non-blank line; a line that isn't JSON is malformed.
 
@@ -192,10 +201,7 @@ def read_jsonl(path: Path, sse: bool = False) -> Iterator[tuple[int, object]]:
     lines is joined (SSE joins them with a newline); ``event:``, ``id:``,
     ``retry:`` and ``:`` comment lines are framing and give nothing.
     """
-    try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+    fh = open_input(path, binary=True)
 
     def malformed(lineno: int, exc: Exception) -> MalformedInput:
         reason = (f"{exc.msg.rstrip(': ')}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError)

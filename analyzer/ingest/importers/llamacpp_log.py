@@ -63,7 +63,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import (STOP_REASON, ImportInputError, ImportSummary, Overrides, RoundsBuffer, TraceWriter,
+from .common import (STOP_REASON, ImportInputError, ImportSummary, Overrides, RoundsBuffer, TraceWriter, open_input,
                      datetime_us, deployment_row, epoch_us, finish, is_number, ms_us, parse_time, reconcile)
 from .responses import FINISH_REASON, OPTIONAL_REQUEST_COLUMNS, RequestsBuffer, Where, get, wrapper_values
 
@@ -291,10 +291,7 @@ class _Import:
         return self.write()
 
     def read(self, path: Path) -> None:
-        try:
-            fh = open(path, encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+        fh = open_input(path)
         self.rows_in_file, self.first_problem = 0, None
         self.blocks: dict[tuple, _Block] = {}       # open blocks: (process, slot, task) or ("bare", process)
         self.headers: dict[str, tuple[int, int, int | None]] = {}   # process → slot, task, time of its header

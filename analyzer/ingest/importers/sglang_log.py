@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .common import (ImportInputError, ImportSummary, Overrides, TraceWriter, _schema_columns, datetime_us,
-                     deployment_row, finish)
+                     deployment_row, finish, open_input)
 
 SOURCE = "sglang-log"
 INTERVAL_SOURCE = "sglang_log"
@@ -237,10 +237,7 @@ def import_sglang_log(files: Sequence[str | Path], out: str | Path, deployment_i
 
     for path in files:
         path = Path(path)
-        try:
-            fh = open(path, encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+        fh = open_input(path)
         series_of: dict[str, _Series] = {}
         with fh:
             for number, raw in enumerate(fh, start=1):

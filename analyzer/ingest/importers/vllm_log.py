@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .common import (ImportInputError, ImportSummary, Overrides, TraceWriter, datetime_us, deployment_row,
-                     finish)
+                     finish, open_input)
 
 SOURCE = "vllm-log"
 INTERVAL_SOURCE = "vllm_log"
@@ -240,10 +240,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
 
     for path in files:
         path = Path(path)
-        try:
-            fh = open(path, encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+        fh = open_input(path)
         series_of: dict[str, _Series] = {}
         # A process that logs for one engine only: its spec lines are that engine's, even the
         # ones with no load line before them (a log excerpt that starts between the two).
