@@ -79,6 +79,17 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def unwrap(obj, where: Where) -> tuple[dict | None, dict | None]:
+    """(wrapper, response) of one input value: a bare response (no wrapper), or a wrapper
+    ``{"response": ..., ...}``. A wrapper whose response is null gives (wrapper, None):
+    the caller skips it."""
+    if not isinstance(obj, dict):
+        raise where.fail(f"expected a JSON object (a response or a wrapper), found {type(obj).__name__}")
+    if "response" not in obj:
+        return None, obj
+    return obj, get(obj, "response", "object", where)
+
+
 def wrapper_values(wrapper: dict, where: Where) -> dict:
     return {col: get(wrapper, col, kind, where) for col, kind in WRAPPER_COLUMNS.items()}
 

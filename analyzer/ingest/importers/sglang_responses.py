@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .common import STOP_REASON, ImportSummary, Overrides, RoundsBuffer, epoch_us, rebuild_from_histogram
 from .responses import (FINISH_REASON, NOT_REBUILT, RequestsBuffer, ResponseImport, Tally, Where,
-                        add_reconciled_rounds, arrival_from, get, wrapper_values)
+                        add_reconciled_rounds, arrival_from, get, unwrap, wrapper_values)
 
 SOURCE = "sglang-responses"
 
@@ -81,15 +81,10 @@ def _finish_reason(meta: dict, response: dict, where: Where) -> str | None:
 def _one(obj, where: Where, deployment_id: str, summary: ImportSummary, requests: RequestsBuffer,
          rounds: RoundsBuffer, tally: Tally, models: Counter, gammas: list[int], names: Counter,
          existing: set[str]) -> None:
-    if not isinstance(obj, dict):
-        raise where.fail(f"expected a JSON object (a response or a wrapper), found {type(obj).__name__}")
-    wrapper, response = None, obj
-    if "response" in obj:
-        wrapper = obj
-        response = get(obj, "response", "object", where)
-        if response is None:
-            summary.skip("wrapper with a null response")
-            return
+    wrapper, response = unwrap(obj, where)
+    if response is None:
+        summary.skip("wrapper with a null response")
+        return
     meta = get(response, "meta_info", "object", where)
     if meta is None:
         choices = response.get("choices")

@@ -26,7 +26,7 @@ from pathlib import Path
 from .aiperf import FirstSkip, nothing_imported
 from .common import STOP_REASON, ImportSummary, Overrides, rebuild_from_histogram
 from .responses import (FINISH_REASON, NOT_REBUILT, ResponseImport, Tally, Where, add_reconciled_rounds,
-                        arrival_from, get, wrapper_values)
+                        arrival_from, get, unwrap, wrapper_values)
 from .vllm_responses import check_histogram
 
 SOURCE = "trtllm-responses"
@@ -74,15 +74,10 @@ def import_trtllm_responses(files: Sequence[str | Path], out: str | Path, deploy
 def _parse(obj, where: Where, deployment_id: str, job: ResponseImport, first: FirstSkip,
            avg_decoded: Counter) -> _Response | None:
     skip = lambda reason: first.skip(job.summary, reason, where)  # noqa: E731
-    if not isinstance(obj, dict):
-        raise where.fail(f"expected a JSON object (a response or a wrapper), found {type(obj).__name__}")
-    wrapper, response = None, obj
-    if "response" in obj:
-        wrapper = obj
-        response = get(obj, "response", "object", where)
-        if response is None:
-            skip("wrapper with a null response")
-            return None
+    wrapper, response = unwrap(obj, where)
+    if response is None:
+        skip("wrapper with a null response")
+        return None
     if response.get("object") == "error" or ("error" in response and "choices" not in response):
         skip("error response")
         return None

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .common import STOP_REASON, ImportSummary, Overrides, RoundsBuffer, is_int, ms_us, rebuild_from_histogram
 from .responses import (FINISH_REASON, NOT_REBUILT, RequestsBuffer, ResponseImport, Tally, Where,
-                        add_reconciled_rounds, arrival_from, get, wrapper_values)
+                        add_reconciled_rounds, arrival_from, get, unwrap, wrapper_values)
 
 SOURCE = "vllm-responses"
 
@@ -176,16 +176,10 @@ class Streams:
 def _one(obj, where: Where, deployment_id: str, overrides: Overrides, summary: ImportSummary,
          requests: RequestsBuffer, rounds: RoundsBuffer, tally: Tally, models: Counter, spec_tokens: list[int],
          existing: set[str]) -> None:
-    if not isinstance(obj, dict):
-        raise where.fail(f"expected a JSON object (a response or a wrapper), found {type(obj).__name__}")
-    wrapper = None
-    response = obj
-    if "response" in obj:
-        wrapper = obj
-        response = get(obj, "response", "object", where)
-        if response is None:
-            summary.skip("wrapper with a null response")
-            return
+    wrapper, response = unwrap(obj, where)
+    if response is None:
+        summary.skip("wrapper with a null response")
+        return
     if response.get("object") == "error" or ("error" in response and "choices" not in response):
         summary.skip("error response")
         return
