@@ -262,8 +262,23 @@ def predict_round_ms(fit: dict[str, Any], tokens: float, batch_size: float, *,
             + (fit["q"] or 0.0) * x2)
 
 
-def _gamma_costs(con, deployment_id: str | None) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
-    where, params = ("where deployment_id = ?", [deployment_id]) if deployment_id else ("", [])
+def _scope(deployment_id: str | None, context_bucket: str | None) -> tuple[str, list]:
+    """The where clause of a (deployment, context bucket) scope; context None is every context."""
+    clauses, params = [], []
+    if deployment_id:
+        clauses.append("deployment_id = ?")
+        params.append(deployment_id)
+    if context_bucket is None:
+        clauses.append("context_bucket is null")
+    else:
+        clauses.append("context_bucket = ?")
+        params.append(context_bucket)
+    return "where " + " and ".join(clauses), params
+
+
+def _gamma_costs(con, deployment_id: str | None,
+                 context_bucket: str | None = None) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
+    where, params = _scope(deployment_id, context_bucket)
     out: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for r in _rows(con, f"select * from gamma_costs {where} order by deployment_id, bucket_min, gamma", params):
         out[(r["deployment_id"], r["batch_bucket"])][int(r["gamma"])] = r
@@ -271,8 +286,9 @@ def _gamma_costs(con, deployment_id: str | None) -> dict[tuple[str, str], dict[i
 
 
 def round_cost_fits(con: duckdb.DuckDBPyConnection, deployment_id: str | None = None, *,
-                    _costs: dict | None = None) -> list[dict[str, Any]]:
-    """The round-cost fit per (deployment_id, batch_bucket), in bucket order (see the module doc).
+                    context_bucket: str | None = None, _costs: dict | None = None) -> list[dict[str, Any]]:
+    """The round-cost fit per (deployment_id, batch_bucket), in bucket order (see the module doc),
+    over every step, or over the steps of one ``context_bucket``.
 
     Each dict: deployment_id, batch_bucket, n_steps, num_rounds, alpha, beta_tokens,
     beta_batch, q (null unless the quadratic term is kept), quadratic, terms, dropped,
@@ -280,8 +296,8 @@ def round_cost_fits(con: duckdb.DuckDBPyConnection, deployment_id: str | None = 
     mean_batch_size (round-weighted), nodes_per_draft, tokens_range, batch_size_range,
     residuals {γ: mean measured − fitted step time of the steps at γ}.
     """
-    where, params = ("where deployment_id = ?", [deployment_id]) if deployment_id else ("", [])
-    costs = _costs if _costs is not None else _gamma_costs(con, deployment_id)
+    where, params = _scope(deployment_id, context_bucket)
+    costs = _costs if _costs is not None else _gamma_costs(con, deployment_id, context_bucket)
     rows = _rows(con, f"select * from cost_model {where} order by deployment_id, bucket_min", params)
     return [_fit_bucket(r, costs.get((r["deployment_id"], r["batch_bucket"]), {})) for r in rows]
 

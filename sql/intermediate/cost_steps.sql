@@ -11,6 +11,8 @@
 -- only). Proposed, not verified: a round whose grammar cut drafts still paid for
 -- drafting them, so it is no measurement of the shorter length. Without grammar
 -- cuts it equals drafted_gamma, the common num_draft_tokens.
+-- context_bucket: the bucket of the mean context_len of the step's rounds (null when
+-- none has one), so that a fit can be restricted to the steps of one context bucket.
 with per_step as (
     select
         r.*,
@@ -31,6 +33,7 @@ select
     step_uid,
     batch_size,
     batch_bucket(batch_size) as batch_bucket,
+    context_bucket(context_tokens // nullif(context_rounds, 0)) as context_bucket,
     num_rounds,
     tokens_verified,
     num_draft_tokens,

@@ -16,6 +16,9 @@ select
     max(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as max_proposed,
     min(num_draft_tokens) as min_drafted,
     max(num_draft_tokens) as max_drafted,
+    -- the context its rounds attend to: a step's context bucket is that of their mean
+    sum(context_len) as context_tokens,
+    count(context_len) as context_rounds,
     -- two step ids behind one 64-bit step_uid: a hash collision (checked at load)
     min(step_id) <> max(step_id) as step_uid_collides
 from rounds

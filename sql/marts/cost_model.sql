@@ -1,7 +1,10 @@
 -- The round-cost model's data per batch bucket: sufficient statistics of the
 -- least-squares fit T = α + β_tokens·X + β_batch·B (+ q·X²) over decode-only steps
 -- (cost_steps), X = tokens_verified, B = batch_size, T = duration_ms.
--- Grain: one row per deployment_id, batch_bucket.
+-- Grain: one row per deployment_id, batch_bucket, context_bucket. context_bucket null
+-- is the fit over every step of the batch bucket; a label is the fit restricted to
+-- the steps of that context bucket (cost_steps.context_bucket), for `specan
+-- recommend --by-context`.
 --
 -- The sums are of deviations from the bucket means (x = X − mean_x, b = B − mean_b,
 -- y = T − mean_y), which keeps the normal equations well conditioned; sxxy is
@@ -19,10 +22,19 @@
 -- DOUBLE, by the shift formulas: u = X − x0 has mean du = mean_x − x0, and
 -- Σ (u − du)² = Σ u² − n·du², and so on. |du|, |db| ≤ 1/2: the shift costs
 -- next to no precision.
-with means as (
+with scoped as (
+    -- each step counts twice: toward its batch bucket's fit over every context
+    -- ('all') and toward the fit of its own context bucket
+    select *, 'all' as fit_context from cost_steps
+    union all
+    select *, context_bucket as fit_context from cost_steps where context_bucket is not null
+),
+
+means as (
     select
         deployment_id,
         batch_bucket,
+        fit_context,
         count(*) as n_steps,
         avg(tokens_verified) as mean_x,
         avg(batch_size) as mean_b,
@@ -30,14 +42,15 @@ with means as (
         cast(round(avg(tokens_verified)) as hugeint) as x0,
         cast(round(avg(batch_size)) as hugeint) as b0,
         exact_ms(avg(exact_ms(duration_ms))) as y0
-    from cost_steps
-    group by deployment_id, batch_bucket
+    from scoped
+    group by deployment_id, batch_bucket, fit_context
 ),
 
 shifted as (
     select
         s.deployment_id,
         s.batch_bucket,
+        s.fit_context,
         s.tokens_verified,
         s.batch_size,
         s.num_rounds,
@@ -47,14 +60,18 @@ shifted as (
         s.tokens_verified - m.x0 as x,
         s.batch_size - m.b0 as b,
         exact_ms(s.duration_ms) - m.y0 as y
-    from cost_steps as s
-    join means as m on m.deployment_id = s.deployment_id and m.batch_bucket = s.batch_bucket
+    from scoped as s
+    join means as m
+        on m.deployment_id = s.deployment_id
+        and m.batch_bucket = s.batch_bucket
+        and m.fit_context = s.fit_context
 ),
 
 raw_sums as (
     select
         deployment_id,
         batch_bucket,
+        fit_context,
         sum(num_rounds) as num_rounds,
         count(*) filter (where gamma is null) as mixed_steps,
         list(distinct gamma order by gamma) filter (where gamma is not null) as gammas,
@@ -78,7 +95,7 @@ raw_sums as (
         cast(sum(b * y) as double) as by_,
         cast(sum(x * x * y) as double) as uuy
     from shifted
-    group by deployment_id, batch_bucket
+    group by deployment_id, batch_bucket, fit_context
 ),
 
 sums as (
@@ -100,18 +117,23 @@ sums as (
         select
             deployment_id,
             batch_bucket,
+            fit_context,
             cast(n_steps as double) as n,
             mean_x - cast(x0 as double) as du,
             mean_b - cast(b0 as double) as db,
             mean_y - cast(y0 as double) as dy
         from means
-    ) as d on d.deployment_id = r.deployment_id and d.batch_bucket = r.batch_bucket
+    ) as d
+        on d.deployment_id = r.deployment_id
+        and d.batch_bucket = r.batch_bucket
+        and d.fit_context = r.fit_context
 )
 
 select
     m.deployment_id,
     m.batch_bucket,
     batch_bucket_min(m.batch_bucket) as bucket_min,
+    nullif(m.fit_context, 'all') as context_bucket,
     m.n_steps,
     s.num_rounds,
     s.mixed_steps,
@@ -138,4 +160,7 @@ select
     s.sby,
     s.sxxy
 from means as m
-join sums as s on s.deployment_id = m.deployment_id and s.batch_bucket = m.batch_bucket
+join sums as s
+    on s.deployment_id = m.deployment_id
+    and s.batch_bucket = m.batch_bucket
+    and s.fit_context = m.fit_context

@@ -2,34 +2,11 @@
 -- vLLM's per-position rate, and the marginal gain Π_{j≤i} a_j = ΔE[L] of position i.
 -- Grain: one row per deployment_id, position (1 … max num_draft_tokens).
 --
--- Works from the (drafted, accepted) histogram (round_histogram).
-with histogram as (
-    select deployment_id, d, k, n
-    from round_histogram
-),
-
-spec_rounds as (
-    select deployment_id, sum(n) as r, max(d) as max_d
-    from histogram
-    group by deployment_id
-),
-
-positions as (
-    select s.deployment_id, s.r, unnest(range(1, s.max_d + 1)) as position
-    from spec_rounds as s
-),
-
-counts as (
-    select
-        p.deployment_id,
-        p.position,
-        p.r,
-        coalesce(sum(h.n) filter (where h.d >= p.position), 0) as drafted,
-        coalesce(sum(h.n) filter (where h.d >= p.position and h.k >= p.position), 0) as accepted,
-        coalesce(sum(h.n) filter (where h.d >= p.position and h.k >= p.position - 1), 0) as reached
-    from positions as p
-    join histogram as h on h.deployment_id = p.deployment_id
-    group by all
+-- Works from the per-position counts (position_counts) over every context.
+with counts as (
+    select deployment_id, position, spec_rounds as r, drafted, accepted, reached
+    from position_counts
+    where context_bucket is null
 ),
 
 rates as (

@@ -1,29 +1,13 @@
 -- Acceptance and speedup per context-length bucket (rounds.context_len; 1k = 1024),
 -- over decode-only rounds. t0 is matched on (batch bucket, context bucket) where the
--- baseline has rounds there, else on the batch bucket alone; t0_ms is the
+-- baseline has rounds there, else on the batch bucket alone (speedup_by_batch_context);
+-- t0_ms is the
 -- committed-weighted t0 of the bucket, so speedup = t0_ms · tokens / time.
 -- Grain: one row per deployment_id, context_bucket.
 with cells as (
-    select
-        d.deployment_id,
-        d.context_bucket,
-        d.batch_bucket,
-        d.num_rounds,
-        d.num_spec_rounds,
-        d.num_accepted_tokens,
-        d.num_committed_tokens,
-        d.time_ms,
-        coalesce(tc.t0_ms, tb.t0_ms) as t0_ms
-    from decode_totals as d
-    left join baseline_t0 as tc
-        on tc.deployment_id = d.deployment_id
-        and tc.batch_bucket = d.batch_bucket
-        and tc.context_bucket = d.context_bucket
-    left join baseline_t0 as tb
-        on tb.deployment_id = d.deployment_id
-        and tb.batch_bucket = d.batch_bucket
-        and tb.context_bucket is null
-    where d.grouping = 'context' and d.context_bucket is not null
+    select deployment_id, context_bucket, batch_bucket, num_rounds, num_spec_rounds, num_accepted_tokens,
+           num_committed_tokens, time_ms, t0_ms
+    from speedup_by_batch_context
 ),
 
 buckets as (
