@@ -340,7 +340,7 @@ def tuning_document(con, deployment_ids: list[str]) -> dict:
     """Diminishing returns and the recommended speculation length of each speculative deployment."""
     from .analysis.tuning import marginal_returns, recommend
 
-    recommendations = [recommend(con, dep) for dep in deployment_ids]
+    recommendations = [recommend(con, dep, by_context=True) for dep in deployment_ids]
     return {"recommendations": [{k: v for k, v in r.items() if k != "cost_fits"} for r in recommendations],
             "cost_model": [fit for r in recommendations for fit in r.get("cost_fits", [])],
             "marginal_returns": marginal_returns(con)}
@@ -392,11 +392,12 @@ def render_rows(columns: list[str], rows: list[tuple], fmt: str) -> str:
     return {"table": tables.aligned, "csv": tables.to_csv, "json": tables.to_json}[fmt](columns, rows)
 
 
-def recommend(ws: Workspace, deployment_id: str) -> dict:
-    """``specan recommend``: the speculation length per batch-size range of one deployment."""
+def recommend(ws: Workspace, deployment_id: str, *, by_context: bool = False) -> dict:
+    """``specan recommend``: the speculation length per batch-size range of one deployment
+    (and, with ``by_context``, within each context bucket)."""
     from .analysis.tuning import recommend as run
 
-    return run(ws.con, deployment_id)
+    return run(ws.con, deployment_id, by_context=by_context)
 
 
 def render_recommend(result: dict, fmt: str) -> str:

@@ -100,6 +100,9 @@ EXACT_FIT = 1e-9        # SSE / SST below this is an exact fit
 SINGULAR = 1e-9         # smallest eigenvalue of the regressors' correlation matrix
 MIN_DISTINCT_FOR_QUADRATIC = 4
 NO_DRAFT_NOTE_SHARE = 0.05  # note when more rounds than this proposed no draft at all
+# A context bucket's own round-cost fit is used in a batch bucket from this many decode
+# steps on; with fewer, the batch bucket's fit over every context stands in.
+MIN_CONTEXT_FIT_STEPS = 20
 
 
 class UnknownDeployment(InputProblem):
@@ -411,7 +414,7 @@ def _fmt(value: float) -> str:
     return f"{value:.3f}"
 
 
-def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str) -> dict[str, Any]:
+def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context: bool = False) -> dict[str, Any]:
     """The ``specan recommend`` document for one deployment (docs/commands.md).
 
     Keys: deployment_id, method, num_speculative_tokens, baseline_id,
@@ -419,7 +422,8 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str) -> dict[str, A
     prediction), buckets [{batch_bucket, observed_gamma, predicted_speedup {"0": 1.0,
     "1": …}, recommended, baseline_ms_per_token, fit_r2, measured_speedup,
     gamma_varied, round_ms {γ: ms}, round_ms_source {γ: "measured" | "fit" | null}}],
-    cost_fits (``round_cost_fits`` of the deployment), notes.
+    cost_fits (``round_cost_fits`` of the deployment), notes; with ``by_context``,
+    by_context (``recommend_by_context``).
 
     Raises UnknownDeployment when ``deployment_id`` is not a clean deployment.
     """
@@ -435,6 +439,8 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str) -> dict[str, A
                            "num_speculative_tokens": max_gamma, "baseline_id": None,
                            "num_speculative_tokens_per_batch_size": [], "buckets": [], "cost_fits": [],
                            "notes": []}
+    if by_context:
+        doc["by_context"] = []
     notes: list[str] = doc["notes"]
     if method == "none":
         notes.append(f"{deployment_id} is plain decoding (method none): there is no speculation length to tune.")
@@ -485,54 +491,72 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str) -> dict[str, A
     never_varied: list[str] = []
     for fit in fits:
         bucket = fit["batch_bucket"]
-        costs = data["costs"].get((deployment_id, bucket), {})
-        t0 = data["t0"].get((deployment_id, bucket))
-        measured = data["measured"].get((deployment_id, bucket), {}).get("speedup")
-        times: dict[str, float | None] = {}
-        sources: dict[str, str | None] = {}
-        predicted: dict[str, float | None] = {"0": 1.0}
-        for g in range(1, max_gamma + 1):
-            if fit["gamma_varied"]:
-                ms, source = _round_time(fit, costs, g)
-            else:
-                ms, source = _round_time(fit, costs, g, measured_only=True)
-            times[str(g)], sources[str(g)] = ms, source
-            e = lengths[g]
-            predicted[str(g)] = t0 * e / ms if None not in (t0, e, ms) else None
-        recommended: int | None = None
-        if t0 is not None:
-            observed = fit["observed_gamma"]
-            if fit["gamma_varied"]:
-                best_gamma, best = 0, 1.0
-                for g in range(1, max_gamma + 1):
-                    value = predicted[str(g)]
-                    if value is not None and value > best:
-                        best_gamma, best = g, value
-                recommended = best_gamma
-            elif len(observed) == 1 and measured is not None:
-                g = min(observed[0], max_gamma)
-                recommended = g if measured > 1 else 0
-                keep = (f"keeps γ = {g} because its measured speedup {_fmt(measured)} > 1" if measured > 1
-                        else f"gets 0 because its measured speedup {_fmt(measured)} ≤ 1")
-                never_varied.append(f"{bucket} (only γ = {observed[0]} observed; {keep})")
-        doc["buckets"].append({
-            "batch_bucket": bucket,
-            "observed_gamma": fit["observed_gamma"],
-            "predicted_speedup": predicted,
-            "recommended": recommended,
-            "baseline_ms_per_token": t0,
-            "fit_r2": fit["r2"],
-            "measured_speedup": measured,
-            "gamma_varied": fit["gamma_varied"],
-            "round_ms": times,
-            "round_ms_source": sources,
-        })
+        entry, remark = _predict_bucket(fit, data["costs"].get((deployment_id, bucket), {}),
+                                        data["t0"].get((deployment_id, bucket)),
+                                        data["measured"].get((deployment_id, bucket), {}).get("speedup"),
+                                        lengths, max_gamma)
+        doc["buckets"].append(entry)
+        if remark:
+            never_varied.append(remark)
     if never_varied:
-        notes.append("γ never varied in these buckets, so round cost can't be extrapolated to other lengths; "
-                     "each keeps its observed γ when its measured speedup is above 1 and gets 0 otherwise: "
-                     + "; ".join(never_varied) + ".")
+        notes.append(_never_varied_note(never_varied))
     doc["num_speculative_tokens_per_batch_size"] = _ranges(doc, fits, data, notes)
+    if by_context:
+        doc["by_context"] = recommend_by_context(con, doc, fits, data)
     return doc
+
+
+def _predict_bucket(fit: dict[str, Any], costs: dict[int, dict], t0: float | None, measured: float | None,
+                    lengths: dict[int, float | None], max_gamma: int) -> tuple[dict[str, Any], str | None]:
+    """One batch bucket's predicted speedup per γ and its recommended k, and, where γ never
+    varied, the remark that says why k is the observed γ or 0."""
+    bucket = fit["batch_bucket"]
+    times: dict[str, float | None] = {}
+    sources: dict[str, str | None] = {}
+    predicted: dict[str, float | None] = {"0": 1.0}
+    for g in range(1, max_gamma + 1):
+        if fit["gamma_varied"]:
+            ms, source = _round_time(fit, costs, g)
+        else:
+            ms, source = _round_time(fit, costs, g, measured_only=True)
+        times[str(g)], sources[str(g)] = ms, source
+        e = lengths[g]
+        predicted[str(g)] = t0 * e / ms if None not in (t0, e, ms) else None
+    recommended: int | None = None
+    remark = None
+    if t0 is not None:
+        observed = fit["observed_gamma"]
+        if fit["gamma_varied"]:
+            best_gamma, best = 0, 1.0
+            for g in range(1, max_gamma + 1):
+                value = predicted[str(g)]
+                if value is not None and value > best:
+                    best_gamma, best = g, value
+            recommended = best_gamma
+        elif len(observed) == 1 and measured is not None:
+            g = min(observed[0], max_gamma)
+            recommended = g if measured > 1 else 0
+            keep = (f"keeps γ = {g} because its measured speedup {_fmt(measured)} > 1" if measured > 1
+                    else f"gets 0 because its measured speedup {_fmt(measured)} ≤ 1")
+            remark = f"{bucket} (only γ = {observed[0]} observed; {keep})"
+    return {
+        "batch_bucket": bucket,
+        "observed_gamma": fit["observed_gamma"],
+        "predicted_speedup": predicted,
+        "recommended": recommended,
+        "baseline_ms_per_token": t0,
+        "fit_r2": fit["r2"],
+        "measured_speedup": measured,
+        "gamma_varied": fit["gamma_varied"],
+        "round_ms": times,
+        "round_ms_source": sources,
+    }, remark
+
+
+def _never_varied_note(remarks: list[str]) -> str:
+    return ("γ never varied in these buckets, so round cost can't be extrapolated to other lengths; "
+            "each keeps its observed γ when its measured speedup is above 1 and gets 0 otherwise: "
+            + "; ".join(remarks) + ".")
 
 
 def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str]) -> list[list[int]]:
@@ -576,3 +600,101 @@ def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str])
         notes.append("Buckets without a prediction take the k of the nearest lower bucket that has one "
                      "(below the lowest predicted bucket, its k), as vLLM treats gaps: " + ", ".join(filled) + ".")
     return ranges
+
+
+# --------------------------------------------------------------------------- by context length
+
+def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fits: list[dict[str, Any]],
+                         data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recommendation repeated within each context bucket of ``doc``'s deployment.
+
+    Per context bucket c (in bucket order), for each batch bucket b where the deployment
+    ran decode-only rounds in c: E[L](γ) from c's conditional acceptance
+    (``position_acceptance_by_context``); T_round from the fit over c's steps in b
+    (``cost_model`` with context_bucket = c) and their measured round times where that
+    fit has at least MIN_CONTEXT_FIT_STEPS steps, else from b's fit over every context,
+    with a note; t0 matched on (b, c) where the baseline ran there, else on b
+    (``speedup_by_batch_context``, as the context curve matches it). Then the same
+    choice of k and the same vLLM ranges as the overall recommendation.
+
+    Each entry: context_bucket, num_rounds (decode-only rounds in c), share_of_rounds,
+    dominant (the bucket with the most of them), ranges ([[start, end, k], …]),
+    differs_from_overall [{batch_bucket, k, overall_k}], buckets (the keys of
+    ``recommend``'s buckets, plus cost_fit "context" | "batch" and t0_match
+    "context" | "batch" | null), notes.
+    """
+    dep, max_gamma = doc["deployment_id"], doc["num_speculative_tokens"]
+    cells: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in _rows(con, "select * from speedup_by_batch_context where deployment_id = ? "
+                        "order by context_min, bucket_min", [dep]):
+        cells[r["context_bucket"]][r["batch_bucket"]] = r
+    if not cells:
+        return []
+    conditionals: dict[str, list[float | None]] = defaultdict(list)
+    for r in _rows(con, "select context_bucket, conditional from position_acceptance_by_context "
+                        "where deployment_id = ? order by bucket_min, position", [dep]):
+        conditionals[r["context_bucket"]].append(r["conditional"])
+    context_costs: dict[str, dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    for r in _rows(con, "select * from gamma_costs where deployment_id = ? and context_bucket is not null",
+                   [dep]):
+        context_costs[r["context_bucket"]][r["batch_bucket"]][int(r["gamma"])] = r
+    context_fits: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in _rows(con, "select * from cost_model where deployment_id = ? and context_bucket is not null "
+                        "order by bucket_min", [dep]):
+        c, b = r["context_bucket"], r["batch_bucket"]
+        context_fits[c][b] = _fit_bucket(r, context_costs[c][b])
+    batch_fits = {f["batch_bucket"]: f for f in fits}
+    overall_k = {b["batch_bucket"]: b["recommended"] for b in doc["buckets"]}
+    total_rounds = sum(int(cell["num_rounds"]) for by_batch in cells.values() for cell in by_batch.values())
+    dominant = max(cells, key=lambda c: (sum(int(x["num_rounds"]) for x in cells[c].values()), c))
+
+    out = []
+    for context, by_batch in cells.items():
+        lengths = {g: expected_length(conditionals.get(context, []), g) for g in range(max_gamma + 1)}
+        entry = {"context_bucket": context, "buckets": [], "notes": []}
+        notes: list[str] = entry["notes"]
+        used_fits, never_varied, borrowed, batch_t0 = [], [], [], []
+        for batch_bucket, cell in by_batch.items():
+            own = context_fits[context].get(batch_bucket)
+            if own is not None and own["n_steps"] >= MIN_CONTEXT_FIT_STEPS:
+                fit, costs, source = own, context_costs[context][batch_bucket], "context"
+            elif batch_bucket in batch_fits:
+                fit = batch_fits[batch_bucket]
+                costs, source = data["costs"].get((dep, batch_bucket), {}), "batch"
+                borrowed.append(f"{batch_bucket} ({own['n_steps'] if own else 0} steps)")
+            else:
+                continue
+            if cell["t0_match"] == "batch":
+                batch_t0.append(batch_bucket)
+            bucket, remark = _predict_bucket(fit, costs, cell["t0_ms"], cell["speedup"], lengths, max_gamma)
+            bucket["cost_fit"], bucket["t0_match"] = source, cell["t0_match"]
+            entry["buckets"].append(bucket)
+            used_fits.append(fit)
+            if remark:
+                never_varied.append(remark)
+        if borrowed:
+            notes.append(f"Fewer than {MIN_CONTEXT_FIT_STEPS} decode steps at context {context} in batch "
+                         f"{', '.join(borrowed)}: round cost there comes from the batch bucket's fit over every "
+                         "context, which does not see what this context length costs.")
+        if batch_t0:
+            notes.append(f"The baseline has no rounds at context {context} in batch {', '.join(batch_t0)}: "
+                         "t0 there is the batch bucket's over every context.")
+        if never_varied:
+            notes.append(_never_varied_note(never_varied))
+        unknown = [g for g, e in lengths.items() if e is None]
+        if unknown:
+            notes.append(f"E[L](γ) at context {context} is unknown for γ ≥ {unknown[0]}: no round there "
+                         f"reached position {unknown[0]}.")
+        ranges = (_ranges({"buckets": entry["buckets"], "baseline_id": doc["baseline_id"]}, used_fits, data, notes)
+                  if used_fits else [])
+        rounds = sum(int(cell["num_rounds"]) for cell in by_batch.values())
+        differs = [{"batch_bucket": b["batch_bucket"], "k": b["recommended"],
+                    "overall_k": overall_k.get(b["batch_bucket"])}
+                   for b in entry["buckets"]
+                   if b["recommended"] is not None and overall_k.get(b["batch_bucket"]) is not None
+                   and b["recommended"] != overall_k[b["batch_bucket"]]]
+        out.append({"context_bucket": context, "num_rounds": rounds,
+                    "share_of_rounds": rounds / total_rounds if total_rounds else None,
+                    "dominant": context == dominant, "ranges": ranges, "differs_from_overall": differs,
+                    "buckets": entry["buckets"], "notes": notes})
+    return out

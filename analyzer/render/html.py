@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import html
 import io
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -167,6 +168,28 @@ def _trend_chart(history) -> str:
     return _chart(fig, "history trend")
 
 
+def _speculation_length(doc: dict) -> list[str]:
+    """The recommended vLLM line per deployment, overall and within each context bucket."""
+    recommendations = (doc.get("tuning") or {}).get("recommendations") or []
+    rows = []
+    for rec in recommendations:
+        overall = rec["num_speculative_tokens_per_batch_size"]
+        rows.append([rec["deployment_id"], "all", DASH, json.dumps(overall) if overall else DASH, DASH])
+        for e in rec.get("by_context") or []:
+            rows.append([rec["deployment_id"], e["context_bucket"],
+                         pct(e["share_of_rounds"]), json.dumps(e["ranges"]) if e["ranges"] else DASH,
+                         "; ".join(f"batch {d['batch_bucket']}: k = {d['k']} (overall {d['overall_k']})"
+                                   for d in e["differs_from_overall"]) or "no"])
+    if not rows:
+        return []
+    return ["<h2>Speculation length</h2>",
+            '<p class="note">vLLM\'s num_speculative_tokens_per_batch_size, overall and within each context '
+            "bucket (vLLM takes batch-size ranges only: use the dominant context's line, or the overall one). "
+            "`specan recommend --by-context` shows every input.</p>",
+            _table(["deployment", "context", "decode rounds", "num_speculative_tokens_per_batch_size",
+                    "differs from overall"], rows)]
+
+
 def render(doc: dict[str, Any], history=None, title: str = "specan report") -> str:
     """The whole page. ``history`` (a polars frame from analyzer.history) adds the trend chart."""
     inp = doc["input"]
@@ -206,6 +229,7 @@ def render(doc: dict[str, Any], history=None, title: str = "specan report") -> s
                        num(r["verify_ms"]), num(r["other_ms"]), num(r["round_ms"]), num(r["tokens_per_round"]),
                        num(r["t0_ms"]), num(r["break_even_ms"]), num(r["condition_holds"])]
                       for r in doc["round_ledger"] if r["t0_ms"] is not None])]
+    parts += _speculation_length(doc)
     parts += ["<h2>Categories</h2>", _table(
         ["deployment", "category", "requests", "accept length", "acceptance", "tokens/round", "speedup",
          "repeat ratio"],

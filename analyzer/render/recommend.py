@@ -8,6 +8,11 @@ from typing import Any
 from .markdown import DASH, num, table
 
 
+BY_CONTEXT_INTRO = ("The same procedure within each context bucket (rounds.context_len): E[L](γ) from that "
+                    "bucket's conditional acceptance, round cost from the fit over that bucket's steps (a step's "
+                    "context is its rounds' mean) where it has enough of them, t0 matched on batch and context.\n")
+
+
 def render_recommend_markdown(result: dict[str, Any]) -> str:
     """The recommendation as Markdown: per bucket the predicted speedup of every γ, the
     recommended k, the vLLM config line, the cost fits and the notes."""
@@ -45,6 +50,10 @@ def render_recommend_markdown(result: dict[str, Any]) -> str:
         parts.append("```\n" + f'"num_speculative_tokens_per_batch_size": {json.dumps(ranges)}' + "\n```\n")
     else:
         parts.append("No recommendation (see the notes).\n")
+    if result.get("by_context"):
+        parts.append("## By context length\n")
+        parts.append(BY_CONTEXT_INTRO)
+        parts.append(by_context_markdown(result, detail=True))
     fits = result.get("cost_fits") or []
     if fits:
         headers = ["batch bucket", "steps", "α ms", "β tokens", "β batch", "q", "R²", "RMSE ms",
@@ -62,3 +71,36 @@ def render_recommend_markdown(result: dict[str, Any]) -> str:
         parts.append("## Notes\n")
         parts.append("\n".join(f"- {n}" for n in result["notes"]) + "\n")
     return "\n".join(parts)
+
+
+def by_context_markdown(result: dict[str, Any], *, detail: bool = False) -> str:
+    """The recommendation within each context bucket: its ranges, where it differs from the
+    overall one, and the vLLM line of the dominant bucket (vLLM takes batch-size ranges only).
+    With ``detail``, every (context, batch) bucket's inputs and the notes as well."""
+    entries = result["by_context"]
+    body = [(e["context_bucket"], f"{e['share_of_rounds']:.1%}" if e["share_of_rounds"] is not None else DASH,
+             json.dumps(e["ranges"]) if e["ranges"] else DASH,
+             "; ".join(f"batch {d['batch_bucket']}: k = {d['k']} (overall {d['overall_k']})"
+                       for d in e["differs_from_overall"]) or "no")
+            for e in entries]
+    parts = [table(["context", "decode rounds", "num_speculative_tokens_per_batch_size", "differs from overall"],
+                   body)]
+    if not any(e["differs_from_overall"] for e in entries):
+        parts.append("\nEvery context bucket gives the overall answer where both have one.\n")
+    dominant = next((e for e in entries if e["dominant"]), None)
+    if dominant and dominant["ranges"]:
+        parts.append(f"\nvLLM takes batch-size ranges only, not context length. For the dominant context bucket, "
+                     f"{dominant['context_bucket']} ({dominant['share_of_rounds']:.1%} of decode rounds):\n\n"
+                     f"```\n\"num_speculative_tokens_per_batch_size\": {json.dumps(dominant['ranges'])}\n```\n")
+    if detail:
+        rows = [(e["context_bucket"], b["batch_bucket"], ", ".join(map(str, b["observed_gamma"])) or DASH,
+                 b["cost_fit"], b["t0_match"] or DASH, num(b["measured_speedup"]),
+                 DASH if b["recommended"] is None else str(b["recommended"]),
+                 num(b["predicted_speedup"].get(str(b["recommended"])) if b["recommended"] is not None else None))
+                for e in entries for b in e["buckets"]]
+        parts.append("\n" + table(["context", "batch", "observed γ", "cost fit", "t0 matched on", "measured speedup",
+                                   "recommended k", "predicted speedup at k"], rows))
+        notes = [f"{e['context_bucket']}: {n}" for e in entries for n in e["notes"]]
+        if notes:
+            parts.append("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    return "".join(parts)
