@@ -101,8 +101,10 @@ def test_the_overall_answer_pools_both_and_each_context_says_how_it_differs(doc)
                                                                      rel=1e-12)
     assert overall["recommended"] == 2
     assert doc["num_speculative_tokens_per_batch_size"] == [[1, 1, 2]]
-    assert by_context(doc, "0-1k")["differs_from_overall"] == [{"batch_bucket": "1", "k": 4, "overall_k": 2}]
-    assert by_context(doc, "8k-16k")["differs_from_overall"] == [{"batch_bucket": "1", "k": 1, "overall_k": 2}]
+    assert by_context(doc, "0-1k")["differs_from_overall"] == [{"batch_bucket": "1", "k": 4, "overall_k": 2,
+                                                                        "num_rounds": 120}]
+    assert by_context(doc, "8k-16k")["differs_from_overall"] == [{"batch_bucket": "1", "k": 1, "overall_k": 2,
+                                                                          "num_rounds": 60}]
 
 
 def test_the_dominant_context_is_the_one_with_most_decode_rounds(doc):
@@ -149,8 +151,8 @@ def test_cli_by_context_json_and_markdown(tmp_path):
     assert md.exit_code == 0, md.output
     assert ("| context | decode rounds | num_speculative_tokens_per_batch_size | differs from overall |\n"
             "|---|---|---|---|\n"
-            "| 0-1k | 66.7% | [[1, 1, 4]] | batch 1: k = 4 (overall 2) |\n"
-            "| 8k-16k | 33.3% | [[1, 1, 1]] | batch 1: k = 1 (overall 2) |\n") in md.output
+            "| 0-1k | 66.7% | [[1, 1, 4]] | batch 1: k = 4 (overall 2; 120 rounds) |\n"
+            "| 8k-16k | 33.3% | [[1, 1, 1]] | batch 1: k = 1 (overall 2; 60 rounds) |\n") in md.output
     assert ("vLLM takes batch-size ranges only, not context length. For the dominant context bucket, 0-1k "
             "(66.7% of decode rounds):\n\n```\n\"num_speculative_tokens_per_batch_size\": [[1, 1, 4]]\n```\n"
             ) in md.output

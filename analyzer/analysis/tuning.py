@@ -619,9 +619,9 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
 
     Each entry: context_bucket, num_rounds (decode-only rounds in c), share_of_rounds,
     dominant (the bucket with the most of them), ranges ([[start, end, k], …]),
-    differs_from_overall [{batch_bucket, k, overall_k}], buckets (the keys of
-    ``recommend``'s buckets, plus cost_fit "context" | "batch" and t0_match
-    "context" | "batch" | null), notes.
+    differs_from_overall [{batch_bucket, k, overall_k, num_rounds}], buckets (the keys
+    of ``recommend``'s buckets, plus num_rounds (decode-only rounds in the cell),
+    cost_fit "context" | "batch" and t0_match "context" | "batch" | null), notes.
     """
     dep, max_gamma = doc["deployment_id"], doc["num_speculative_tokens"]
     cells: dict[str, dict[str, dict]] = defaultdict(dict)
@@ -668,6 +668,7 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
                 batch_t0.append(batch_bucket)
             bucket, remark = _predict_bucket(fit, costs, cell["t0_ms"], cell["speedup"], lengths, max_gamma)
             bucket["cost_fit"], bucket["t0_match"] = source, cell["t0_match"]
+            bucket["num_rounds"] = int(cell["num_rounds"])
             entry["buckets"].append(bucket)
             used_fits.append(fit)
             if remark:
@@ -689,7 +690,7 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
                   if used_fits else [])
         rounds = sum(int(cell["num_rounds"]) for cell in by_batch.values())
         differs = [{"batch_bucket": b["batch_bucket"], "k": b["recommended"],
-                    "overall_k": overall_k.get(b["batch_bucket"])}
+                    "overall_k": overall_k.get(b["batch_bucket"]), "num_rounds": b["num_rounds"]}
                    for b in entry["buckets"]
                    if b["recommended"] is not None and overall_k.get(b["batch_bucket"]) is not None
                    and b["recommended"] != overall_k[b["batch_bucket"]]]

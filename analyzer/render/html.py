@@ -178,7 +178,7 @@ def _speculation_length(doc: dict) -> list[str]:
         for e in rec.get("by_context") or []:
             rows.append([rec["deployment_id"], e["context_bucket"],
                          pct(e["share_of_rounds"]), json.dumps(e["ranges"]) if e["ranges"] else DASH,
-                         "; ".join(f"batch {d['batch_bucket']}: k = {d['k']} (overall {d['overall_k']})"
+                         "; ".join(f"batch {d['batch_bucket']}: k = {d['k']} (overall {d['overall_k']}; {d['num_rounds']:,} rounds)"
                                    for d in e["differs_from_overall"]) or "no"])
     if not rows:
         return []

@@ -80,7 +80,7 @@ def by_context_markdown(result: dict[str, Any], *, detail: bool = False) -> str:
     entries = result["by_context"]
     body = [(e["context_bucket"], f"{e['share_of_rounds']:.1%}" if e["share_of_rounds"] is not None else DASH,
              json.dumps(e["ranges"]) if e["ranges"] else DASH,
-             "; ".join(f"batch {d['batch_bucket']}: k = {d['k']} (overall {d['overall_k']})"
+             "; ".join(f"batch {d['batch_bucket']}: k = {d['k']} (overall {d['overall_k']}; {d['num_rounds']:,} rounds)"
                        for d in e["differs_from_overall"]) or "no")
             for e in entries]
     parts = [table(["context", "decode rounds", "num_speculative_tokens_per_batch_size", "differs from overall"],
