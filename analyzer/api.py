@@ -23,6 +23,7 @@ from .errors import EnvironmentProblem, InputProblem
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_rounds, load_traces,
                           read_summary)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
+from .analysis.slices import resolve_columns
 from .analysis.views import DEFAULT_REPEAT_N, create_local_views, create_views
 
 ENGINES = ("duckdb", "spark")
@@ -65,6 +66,8 @@ class Workspace:
     workdir: Path | None = None  # this run's private folder (scratch database, spill), removed on close
     # reduced traces (the Spark engine): the relations that stayed on the cluster
     unavailable: tuple[str, ...] = ()
+    # the requests columns the slice views are keyed by (--by), as the table spells them
+    slices: tuple[str, ...] = ()
 
     def close(self) -> None:
         self.con.close()
@@ -118,7 +121,7 @@ def _total_bytes(traces: str | Path) -> int:
 def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: str = DEFAULT_MEMORY_LIMIT,
                 progress: Progress | None = None, views: bool = True,
                 repeat_n: int = DEFAULT_REPEAT_N, temp_dir: str | Path | None = None,
-                engine: str = "duckdb", spark_master: str | None = None) -> Workspace:
+                engine: str = "duckdb", spark_master: str | None = None, by: tuple[str, ...] = ()) -> Workspace:
     """Load a trace directory into a scratch database, with every view unless ``views`` is false.
 
     The scratch database is a file in this run's private temporary folder, not
@@ -132,10 +135,16 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     workspace holds what it brings back, with every view that can be computed from
     that. A directory written by ``specan load --engine spark --out DIR`` opens the
     same way with the default engine.
+
+    ``by`` names requests columns to slice by (``report --by``): the views
+    ``slice_metrics`` and the others of ``analysis.slices`` are keyed by them. An
+    unknown column is an InputProblem naming the columns there are.
     """
     check_memory_limit(memory_limit)
     if engine not in ENGINES:
         raise InputProblem(f"unknown engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if by and (engine == "spark" or (not _is_uri(traces) and is_reduced(traces))):
+        raise InputProblem(_BY_NEEDS_ROUNDS)
     if engine == "spark":
         from . import spark
 
@@ -164,19 +173,26 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     try:
         # Without views nothing would confirm rounds read in place, so validate copies them.
         summary = load_traces(con, traces, date=date, progress=progress, rounds_as_view=views)
+        slices = resolve_columns(con, by) if by else ()
         if views:
             if progress:
                 progress("creating views")
-            create_views(con, repeat_n=repeat_n, progress=progress, temporary=True)
+            create_views(con, repeat_n=repeat_n, progress=progress, temporary=True, by=slices)
             if progress and summary.pending is not None:
                 progress("confirming the rounds' key rules from the aggregates")
             if confirm_rounds(con, summary, progress):
-                create_views(con, repeat_n=repeat_n, progress=progress, temporary=True)
+                create_views(con, repeat_n=repeat_n, progress=progress, temporary=True, by=slices)
         check_link_keys(con, summary.found)
     except BaseException:
         Workspace(con, None, workdir).close()
         raise
-    return Workspace(con, summary, workdir)
+    return Workspace(con, summary, workdir, slices=slices)
+
+
+# The per-request decode rounds that a slice's speedup needs (request_decode_buckets)
+# are a pass over the rounds, which stay on the cluster.
+_BY_NEEDS_ROUNDS = ("--by needs the rounds, so it runs on the DuckDB engine over trace files only "
+                    "(not --engine spark, nor reduced traces)")
 
 
 def _is_uri(traces: str | Path) -> bool:
@@ -274,10 +290,11 @@ def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
 
 def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
                    progress: Progress | None = None, repeat_n: int = DEFAULT_REPEAT_N,
-                   temp_dir: str | Path | None = None) -> LoadSummary:
+                   temp_dir: str | Path | None = None, by: tuple[str, ...] = ()) -> LoadSummary:
     """Write clean tables and views to ``db``. It is built aside and renamed, so a failed
     load never leaves a half-written database behind. The file keeps to DuckDB's
-    storage format ``STORAGE_COMPATIBILITY``, so older DuckDB CLIs open it."""
+    storage format ``STORAGE_COMPATIBILITY``, so older DuckDB CLIs open it.
+    With ``by``, its ``slice_metrics`` view is keyed by those requests columns."""
     db = Path(db)
     if not db.parent.is_dir():
         raise EnvironmentProblem(f"cannot write {db}: the folder {db.parent} does not exist")
@@ -293,7 +310,7 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
             summary = load_traces(con, traces, progress=progress)
             if progress:
                 progress("creating views")
-            create_views(con, repeat_n=repeat_n)
+            create_views(con, repeat_n=repeat_n, by=resolve_columns(con, by) if by else ())
             check_link_keys(con, summary.found)
             con.execute("checkpoint")
         except BaseException:
@@ -323,7 +340,7 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
 
     if progress:
         progress("computing metrics")
-    doc = collect(ws.con, ws.summary)
+    doc = collect(ws.con, ws.summary, slices=ws.slices)
     if progress:
         progress("speculation length: cost model and recommendations")
     doc["tuning"] = tuning_document(ws.con, [d["deployment_id"] for d in doc["deployments"] if d["method"] != "none"])

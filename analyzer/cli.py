@@ -141,6 +141,12 @@ def _repeat_n_option(f):
                              "before it and itself occurred earlier.")(f)
 
 
+def _by_option(f):
+    return click.option("--by", "by", multiple=True, metavar="COLUMN",
+                        help="Slice by this requests column (repeatable): any column, an extra one kept "
+                             "from the input too; a null value is a slice of its own. DuckDB engine only.")(f)
+
+
 def _progress(flag: bool | None) -> Progress:
     ctx = click.get_current_context()
     show = Progress(sys.stderr.isatty() if flag is None else flag, profile=ctx.meta.get("specan.profile", False))
@@ -205,12 +211,13 @@ def validate(traces: str, strict: bool, engine: str, spark_master: str | None, m
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML file of gate thresholds (defaults: docs/commands.md, section Gates).")
 @click.option("--check", is_flag=True, help="Exit 1 when a deployment gate fails.")
+@_by_option
 @_engine_option
 @_repeat_n_option
 @_memory_option
 @_progress_option
-def report(traces: str, fmt: str, output: Path | None, config_path: Path | None, check: bool, engine: str,
-           spark_master: str | None, repeat_n: int, memory_limit: str, temp_dir: Path | None,
+def report(traces: str, fmt: str, output: Path | None, config_path: Path | None, check: bool, by: tuple[str, ...],
+           engine: str, spark_master: str | None, repeat_n: int, memory_limit: str, temp_dir: Path | None,
            progress: bool | None) -> None:
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
@@ -221,13 +228,14 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
     Examples:
         specan report sample_traces/
         specan report sample_traces/ --format json -o report.json
+        specan report traces/ --by tenant --by region
         specan report traces/ --config gates.toml --check
         specan report s3a://bucket/traces --engine spark --spark-master yarn
     """
     show = _progress(progress)
     config = api.load_config(config_path)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir,
-                         engine=engine, spark_master=spark_master)
+                         engine=engine, spark_master=spark_master, by=by)
     try:
         doc = api.report_document(ws, config=config, progress=show)
     finally:
@@ -286,12 +294,13 @@ def _emit(text_out: str, output: Path | None) -> None:
 @click.option("--out", "out", type=str, default=None, metavar="DIR",
               help="With --engine spark: write the reduced aggregates as Parquet to DIR (any path "
                    "Spark writes, s3a:// too); `specan report DIR` renders them later.")
+@_by_option
 @_engine_option
 @_repeat_n_option
 @_memory_option
 @_progress_option
-def load(traces: str, db: Path | None, out: str | None, engine: str, spark_master: str | None, repeat_n: int,
-         memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
+def load(traces: str, db: Path | None, out: str | None, by: tuple[str, ...], engine: str, spark_master: str | None,
+         repeat_n: int, memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Write the clean tables and every view of TRACES to a DuckDB database, or with
     --engine spark, the reduced aggregates of TRACES to a directory.
 
@@ -301,12 +310,15 @@ def load(traces: str, db: Path | None, out: str | None, engine: str, spark_maste
     Examples:
         specan load sample_traces/ --db traces.duckdb
         duckdb traces.duckdb "select * from accept_length"
+        specan load traces/ --db traces.duckdb --by tenant   # slice_metrics keyed by tenant
         specan load s3a://bucket/traces --engine spark --out s3a://bucket/reduced/2026-12-01
         specan report reduced/2026-12-01/
     """
     if engine == "spark":
         if db is not None or out is None:
             raise click.UsageError("--engine spark writes a directory: give --out DIR, not --db")
+        if by:
+            raise click.UsageError("--by runs on the DuckDB engine only: load --db FILE --by COLUMN")
         summary, rows = api.write_reduced(traces, out, spark_master=spark_master, progress=_progress(progress))
         click.echo(api.validation_text(summary), nl=False)
         click.echo(f"wrote {out}: {len(rows)} tables, {sum(rows.values()):,} rows")
@@ -314,7 +326,7 @@ def load(traces: str, db: Path | None, out: str | None, engine: str, spark_maste
     if out is not None or db is None:
         raise click.UsageError("give --db FILE (--out DIR is for --engine spark)")
     summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress),
-                                 repeat_n=repeat_n, temp_dir=temp_dir)
+                                 repeat_n=repeat_n, temp_dir=temp_dir, by=by)
     click.echo(api.validation_text(summary), nl=False)
     click.echo(f"wrote {db}")
 
@@ -323,10 +335,11 @@ def load(traces: str, db: Path | None, out: str | None, engine: str, spark_maste
 @click.argument("args", nargs=-1, required=True)
 @click.option("--db", "db", type=click.Path(path_type=Path), help="Query a database written by `specan load`.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@_by_option
 @_engine_option
 @_memory_option
 @_progress_option
-def sql(args: tuple[str, ...], db: Path | None, fmt: str, engine: str, spark_master: str | None,
+def sql(args: tuple[str, ...], db: Path | None, fmt: str, by: tuple[str, ...], engine: str, spark_master: str | None,
         memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Run one SQL query against the clean tables and views.
 
@@ -338,15 +351,19 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, engine: str, spark_mas
     Examples:
         specan sql sample_traces/ "select deployment_id, mean_accept_length from accept_length"
         specan sql --db traces.duckdb "select * from rejected_rows" --format csv
+        specan sql traces/ --by tenant "select * from slice_metrics"
     """
     expected = 1 if db else 2
     if len(args) != expected:
         raise click.UsageError("expected QUERY with --db, else TRACES QUERY")
     if not args[-1].strip():
         raise click.UsageError("QUERY is empty: give one SQL statement, e.g. \"select * from accept_length\"")
+    if db and by:
+        raise click.UsageError("--by applies to TRACES; a database keeps the --by columns it was loaded with "
+                               "(specan load --by)")
     ws = (api.open_database(db, memory_limit=memory_limit, temp_dir=temp_dir) if db else
           api.open_traces(args[0], memory_limit=memory_limit, progress=_progress(progress), temp_dir=temp_dir,
-                          engine=engine, spark_master=spark_master))
+                          engine=engine, spark_master=spark_master, by=by))
     try:
         columns, rows = api.query(ws.con, args[-1])
     except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,

@@ -202,8 +202,9 @@ def test_load_out_then_report_the_directory_on_a_laptop(spark, tmp_path):
     assert differences(json.loads(duck.output), json.loads(laptop.output)) == []
     rounds = runner.invoke(main, ["sql", str(out), "select count(*) from round_facts"])
     assert rounds.exit_code == 2
-    assert ("(reduced traces: rounds, steps, cost_steps, itl_gaps, round_facts, step_rounds, stream_emissions "
-            "stay on the cluster; the other views are here)") in rounds.output
+    assert ("(reduced traces: rounds, steps, cost_steps, itl_gaps, request_decode_buckets, round_facts, "
+            "slice_metrics, slice_speedup, step_rounds, stream_emissions stay on the cluster; the other views "
+            "are here)") in rounds.output
 
 
 def test_validate_and_sql_on_spark(spark, tmp_path):

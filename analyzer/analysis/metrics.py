@@ -13,6 +13,7 @@ import duckdb
 
 from ..ingest.load import LoadSummary
 from ..ingest.schema import TABLE_ORDER
+from .slices import slices_document
 
 SCHEMA_VERSION = 1
 
@@ -40,8 +41,9 @@ def _pick(row: dict, keys) -> dict:
     return {k: row.get(k) for k in keys}
 
 
-def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, Any]:
-    """The full report document, JSON-ready (no NaN: the views return null)."""
+def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The full report document, JSON-ready (no NaN: the views return null). ``slices``:
+    the requests columns the workspace's slice views are keyed by (``report --by``)."""
     notes: list[str] = []
     deployments = rows(con, """
         select d.deployment_id, d.model, d.method, d.num_speculative_tokens, d.target_quant, d.draft_quant,
@@ -141,6 +143,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary) -> dict[str, A
         "context_curve": context_curve,
         "round_ledger": ledger,
         "temperature": temperature,
+        "slices": slices_document(con, slices),
         "intervals": intervals,
         "interval_load": interval_load,
         "notes": notes,

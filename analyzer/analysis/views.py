@@ -30,6 +30,7 @@ from sqlglot import exp
 from ..errors import InputProblem, InternalError
 from ..resources import resource_dir
 from . import buckets
+from .slices import create_slice_relations
 
 LAYERS = ("staging", "intermediate", "marts")
 MATERIALIZED_FILE = "materialized.toml"
@@ -177,8 +178,12 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
 
 
 def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
-                 repeat_n: int = DEFAULT_REPEAT_N, progress=None, temporary: bool = False) -> list[str]:
+                 repeat_n: int = DEFAULT_REPEAT_N, progress=None, temporary: bool = False,
+                 by: tuple[str, ...] = ()) -> list[str]:
     """Create the macros and every view; returns the view names in creation order.
+
+    ``by``: the requests columns the slice views are keyed by (``analysis.slices``);
+    an unknown one is an InputProblem, raised before any view is created.
 
     ``progress`` is told about each materialised table: those are the long steps.
     With ``temporary`` every object is a temporary one: a scratch workspace needs
@@ -186,6 +191,7 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
     write (about half of opening a small trace).
     """
     create_macros(con, repeat_n, sql_dir, temporary)
+    create_slice_relations(con, by, temporary=temporary)
     views = discover_views(sql_dir)
     order = dependency_order(views)
     for name in order:
@@ -209,8 +215,10 @@ def create_local_views(con: duckdb.DuckDBPyConnection, present: set[str], sql_di
                        repeat_n: int = DEFAULT_REPEAT_N, progress=None, temporary: bool = False) -> list[str]:
     """The local finish after a scale-out engine: every view that is not already a table
     in ``present`` and whose inputs are there. Returns the views left out (they read
-    rounds or steps, which stayed on the cluster)."""
+    rounds or steps, which stayed on the cluster). The slice relations are created
+    empty: the slice views that can be created here exist, empty."""
     create_macros(con, repeat_n, sql_dir, temporary)
+    create_slice_relations(con, temporary=temporary)
     views = discover_views(sql_dir)
     available = set(present)
     left_out = []

@@ -18,7 +18,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from ..analysis import buckets
-from .markdown import DASH, is_missing, num, pct, shown_ratio, times
+from .markdown import DASH, NULL_SLICE, SLICE_HEADERS, is_missing, num, pct, shown_ratio, slice_tables, times
 
 # The charts' style, applied around each chart only (matplotlib.rc_context): importing
 # or using this module changes neither matplotlib's global settings nor its backend.
@@ -236,6 +236,15 @@ def render(doc: dict[str, Any], history=None, title: str = "specan report") -> s
         [[r["deployment_id"], r["category"], num(r["num_requests"]), num(r["mean_accept_length"]),
           pct(r["acceptance_rate"]), num(r["tokens_per_round"]), times(r["speedup"]), num(r.get("repeat_ratio"))]
          for r in doc["categories"]])]
+    tables = slice_tables(doc)
+    if tables:
+        parts += ["<h2>Slices</h2>",
+                  f'<p class="note">By requests column (--by); a null value, or no requests row, is the slice '
+                  f"{NULL_SLICE}.</p>"]
+        for column, body in tables:
+            parts += [f"<h3>By {html.escape(column)}</h3>",
+                      _table(list(SLICE_HEADERS), [list(row) for row in body]) if body else
+                      '<p class="note">No request with a clean round.</p>']
     gates = doc.get("gates") or []
     if gates:
         by_dep: dict[str, dict[str, str]] = defaultdict(dict)

@@ -73,7 +73,7 @@ def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
 def render(doc: dict[str, Any]) -> str:
     sections: list[Callable[[dict], str]] = [
         _header, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
-        _latency, _categories, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals, _gates, _notes,
+        _latency, _categories, _slices, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals, _gates, _notes,
     ]
     if doc["input"]["rounds"] == 0 and doc.get("intervals"):
         # Aggregate counters only (vllm-log or prometheus imports): say what is missing, show what is there.
@@ -301,6 +301,35 @@ def _categories(doc: dict) -> str:
                      "(repeat ratio range). A rising row means the text's structure, not its label, drives "
                      "acceptance.\n\n")
         parts.append(table(["deployment", "category", "Q1 (least repetitive)", "Q2", "Q3", "Q4 (most)"], rows))
+    return "".join(parts)
+
+
+NULL_SLICE = "(null)"
+SLICE_HEADERS = ("deployment", "value", "requests", "accept length", "acceptance", "tokens/round", "speedup",
+                 "repeat ratio", "r")
+
+
+def slice_tables(doc: dict) -> list[tuple[str, list[tuple]]]:
+    """Each --by column with its table body, as both renderers show it; the null value is its own slice."""
+    return [(s["column"],
+             [(r["deployment_id"], NULL_SLICE if r["value"] is None else r["value"], num(r["num_requests"]),
+               num(r["mean_accept_length"]), pct(r["acceptance_rate"]), num(r["tokens_per_round"]),
+               times(r["speedup"]), num(r["repeat_ratio"]), num(r["repeat_accept_correlation"], 2))
+              for r in s["rows"]])
+            for s in doc.get("slices") or []]
+
+
+def _slices(doc: dict) -> str:
+    tables = slice_tables(doc)
+    if not tables:
+        return ""
+    parts = ["## Slices\n\n"
+             "The metrics of the categories table for each value of a requests column (`--by`); a request "
+             f"whose value is null, or that has no requests row, is in the slice {NULL_SLICE}. Speedup uses "
+             "the baseline's t0 of all its rounds in each batch bucket.\n"]
+    for column, body in tables:
+        parts.append(f"\n### By {cell(column)}\n\n")
+        parts.append(table(SLICE_HEADERS, body) if body else "No request with a clean round.\n")
     return "".join(parts)
 
 
