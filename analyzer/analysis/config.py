@@ -220,7 +220,8 @@ def _coerce(source, dotted: str, value: Any, declared: Any) -> Any:
         raise ConfigError(source, dotted, "expected a number, found nan")
     low, high = _RANGES.get(dotted, (-math.inf, math.inf))
     if not low <= number <= high:
-        raise ConfigError(source, dotted, f"expected a number between {low:g} and {high:g}, found {number:g}")
+        bounds = f"of at least {low:g}" if high == math.inf else f"between {low:g} and {high:g}"
+        raise ConfigError(source, dotted, f"expected a number {bounds}, found {number:g}")
     return number
 
 
