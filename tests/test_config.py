@@ -34,7 +34,8 @@ def test_default_toml_parses_to_the_defaults(tmp_path):
     assert load_config(write(tmp_path, DEFAULT_CONFIG_TOML)) == Config()
     # every key of every section is in the text: nothing is left to the dataclass defaults
     data = tomllib.loads(DEFAULT_CONFIG_TOML)
-    assert Config().as_dict() == {"gates": data["gates"], "regression": data["regression"]}
+    assert Config().as_dict() == {"gates": data["gates"], "regression": data["regression"],
+                                  "anomalies": data["anomalies"]}
 
 
 def test_an_empty_file_gives_the_defaults(tmp_path):

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from analyzer import api
 from analyzer.cli import main
+from test_anomalies import EXPECTED as EXPECTED_ANOMALIES, all_tables as anomaly_tables
 from test_metrics_seed import cheap, write_seed_traces
 from tracebuilder import at, deployment, request, round_row, step, write_columns, write_table, write_traces
 
@@ -86,6 +87,15 @@ def test_the_seed_ledger_on_spark(spark, tmp_path):
     assert differences(duck, spark_doc) == []
     (row,) = [d for d in spark_doc["deployments"] if d["deployment_id"] == "spec"]
     assert round(row["speedup"], 3) == 2.334
+
+
+def test_requests_to_look_at_on_spark(spark, tmp_path):
+    # request_repetition's self_repeat columns run on Spark; the rules run locally on what comes back
+    write_traces(tmp_path, **anomaly_tables())
+    duck, spark_doc = documents(tmp_path, spark)
+    assert differences(duck, spark_doc) == []
+    assert [tuple(a[k] for k in ("deployment_id", "request_id", "kind", "value", "threshold"))
+            for a in spark_doc["anomalies"]] == EXPECTED_ANOMALIES
 
 
 def dirty_traces(root: Path) -> Path:

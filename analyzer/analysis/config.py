@@ -41,6 +41,13 @@ window_days = 7
 max_accept_length_drop = 0.05
 max_speedup_drop = 0.05
 max_tpot_p99_rise = 0.10
+[anomalies]                  # report: requests to look at (docs/metrics.md)
+looping_min_output_tokens = 64
+looping_min_self_repeat_ratio = 0.8
+no_acceptance_min_spec_rounds = 16
+no_acceptance_min_deployment_acceptance = 0.2
+stall_min_ms = 1000
+stall_min_median_multiple = 4
 """
 
 
@@ -93,14 +100,29 @@ class Regression:
 
 
 @dataclass(frozen=True)
+class Anomalies:
+    """The rules of the request_anomalies view; the view reads them as SQL macros of the
+    same names (analyzer/analysis/views.py, anomaly_macros_sql)."""
+
+    looping_min_output_tokens: int = 64
+    looping_min_self_repeat_ratio: float = 0.8
+    no_acceptance_min_spec_rounds: int = 16
+    no_acceptance_min_deployment_acceptance: float = 0.2
+    stall_min_ms: float = 1000.0
+    stall_min_median_multiple: float = 4.0
+
+
+@dataclass(frozen=True)
 class Config:
     gates: Gates = field(default_factory=Gates)
     regression: Regression = field(default_factory=Regression)
+    anomalies: Anomalies = field(default_factory=Anomalies)
     source: str | None = field(default=None, compare=False)   # the file it came from, if any
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as nested dicts (for a report's JSON); ``source`` is left out."""
-        return {"gates": dataclasses.asdict(self.gates), "regression": dataclasses.asdict(self.regression)}
+        return {"gates": dataclasses.asdict(self.gates), "regression": dataclasses.asdict(self.regression),
+                "anomalies": dataclasses.asdict(self.anomalies)}
 
 
 # Sections: dotted name -> dataclass. ``gates`` itself only holds sections.
@@ -110,12 +132,17 @@ _SECTIONS: dict[str, type] = {
     "gates.latency": LatencyGate,
     "gates.capacity": CapacityGate,
     "regression": Regression,
+    "anomalies": Anomalies,
 }
 _GROUPS = {"gates": ("correctness", "quality", "latency", "capacity")}
 
 # Extra range checks: a value outside makes a gate meaningless rather than strict.
 _RANGES: dict[str, tuple[float, float]] = {
     "gates.correctness.min_match_rate": (0.0, 1.0),
+    "anomalies.looping_min_self_repeat_ratio": (0.0, 1.0),
+    "anomalies.no_acceptance_min_deployment_acceptance": (0.0, 1.0),
+    "anomalies.stall_min_ms": (0.0, math.inf),
+    "anomalies.stall_min_median_multiple": (0.0, math.inf),
 }
 
 
@@ -150,12 +177,13 @@ def parse_config(data: dict[str, Any], source: str | None = None) -> Config:
         else:
             kind = "section" if isinstance(content, dict) else "key outside any section"
             raise ConfigError(source, top, f"unknown {kind}; expected the sections gates.correctness, "
-                                           "gates.quality, gates.latency, gates.capacity and regression")
+                                           "gates.quality, gates.latency, gates.capacity, regression and anomalies")
     built = {name: cls(**values[name]) for name, cls in _SECTIONS.items()}
     return Config(
         gates=Gates(correctness=built["gates.correctness"], quality=built["gates.quality"],
                     latency=built["gates.latency"], capacity=built["gates.capacity"]),
         regression=built["regression"],
+        anomalies=built["anomalies"],
         source=source,
     )
 
@@ -192,7 +220,8 @@ def _coerce(source, dotted: str, value: Any, declared: Any) -> Any:
         raise ConfigError(source, dotted, "expected a number, found nan")
     low, high = _RANGES.get(dotted, (-math.inf, math.inf))
     if not low <= number <= high:
-        raise ConfigError(source, dotted, f"expected a number between {low:g} and {high:g}, found {number:g}")
+        bounds = f"of at least {low:g}" if high == math.inf else f"between {low:g} and {high:g}"
+        raise ConfigError(source, dotted, f"expected a number {bounds}, found {number:g}")
     return number
 
 

@@ -27,6 +27,10 @@ CAPACITY_KEYS = ("completed_requests", "failed_requests", "preemptions_per_reque
                  "kv_usage_max", "candidate_kv_share", "output_tokens_per_s")
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "max_stall")
 LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
+ANOMALY_KINDS = ("looping", "no_acceptance", "stall")
+# The thresholds request_anomalies reads (macros; analyzer/analysis/views.py, anomaly_macros_sql).
+ANOMALY_THRESHOLDS = ("looping_min_output_tokens", "looping_min_self_repeat_ratio", "no_acceptance_min_spec_rounds",
+                      "no_acceptance_min_deployment_acceptance", "stall_min_ms", "stall_min_median_multiple")
 CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms", "t0_ms", "speedup",
               "condition_holds")
 
@@ -129,6 +133,10 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     if any(d["tpot_speedup"] is not None for d in out_deployments):
         notes.append("tpot_speedup compares time per output token from request timings; it is not matched on "
                       "batch size, so the load of a deployment and its baseline may differ")
+    anomalies = rows(con, """select deployment_id, request_id, kind, value, threshold, detail from request_anomalies
+                             order by kind, value desc, request_id, deployment_id""")
+    anomaly_checks = rows(con, "select * from anomaly_checks order by deployment_id, kind")
+    notes += _anomaly_notes(anomaly_checks)
     notes += [f"import: {n}" for n in _import_notes(con)]
     notes = _input_notes(summary) + _table_notes(con, summary) + notes
     return {
@@ -146,6 +154,11 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         "slices": slices_document(con, slices),
         "intervals": intervals,
         "interval_load": interval_load,
+        "anomalies": anomalies,
+        "anomaly_checks": anomaly_checks,
+        # read back from the database: the values the view used, whatever set them
+        "anomaly_thresholds": rows(con, "select " + ", ".join(f"{t}() as {t}" for t in ANOMALY_THRESHOLDS)
+                                   + ", repeat_n() as repeat_n")[0],
         "notes": notes,
     }
 
@@ -174,6 +187,16 @@ def _repetition_notes(repetition: list[dict]) -> list[str]:
     elif empty:
         notes.append("repeat_ratio is null everywhere: no request carries prompt_token_ids and output_token_ids")
     return notes
+
+
+def _anomaly_notes(checks: list[dict]) -> list[str]:
+    """One note per rule that could not check every request, counting those requests."""
+    missing = {kind: sum(c["not_checked"] for c in checks if c["kind"] == kind) for kind in ANOMALY_KINDS}
+    why = {"looping": "have no output_token_ids",
+           "no_acceptance": "have no clean rounds",
+           "stall": "have no known max_stall (no first_token_time or no round with a clean step)"}
+    return [f"{n} requests {why[kind]}: they are not checked for {kind} (requests to look at)"
+            for kind, n in missing.items() if n]
 
 
 def _input(summary: LoadSummary) -> dict[str, Any]:

@@ -17,6 +17,7 @@ needs a registry edit; a cycle is an error that names the cycle.
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,6 +31,7 @@ from sqlglot import exp
 from ..errors import InputProblem, InternalError
 from ..resources import resource_dir
 from . import buckets
+from .config import Anomalies
 from .slices import create_slice_relations
 
 LAYERS = ("staging", "intermediate", "marts")
@@ -156,6 +158,25 @@ def layer_violations(views: dict[str, View]) -> list[str]:
             if rank[views[dep].layer] > rank[view.layer]]
 
 
+def anomaly_macros_sql(anomalies: Anomalies | None = None) -> str:
+    """The thresholds of request_anomalies as macros named like the keys of the gates
+    TOML's ``[anomalies]`` section (``stall_min_ms()``, ...). Macros rather than literals
+    in the view, so ``specan sql`` reads the defaults and ``report --config`` replaces
+    them without recreating any view; integers stay integers, the rest are DOUBLE."""
+    anomalies = anomalies or Anomalies()
+    statements = []
+    for name, value in dataclasses.asdict(anomalies).items():
+        body = str(value) if isinstance(value, int) else f"cast({float(value)!r} as double)"
+        statements.append(f"create or replace macro {name}() as {body};")
+    return "\n".join(statements)
+
+
+def set_anomaly_thresholds(con: duckdb.DuckDBPyConnection, anomalies: Anomalies) -> None:
+    """Replace the thresholds the request_anomalies view reads (temporary macros: a
+    report's workspace holds temporary objects only)."""
+    con.execute(anomaly_macros_sql(anomalies).replace("create or replace macro", "create or replace temp macro"))
+
+
 def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N,
                   sql_dir: Path | None = None, temporary: bool = False) -> None:
     """Macros the views call, and the bucket seed. They are stored in the database,
@@ -175,6 +196,7 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
     macros = (sql_dir or resource_dir("sql")) / "macros.sql"
     if macros.is_file():
         con.execute(macros.read_text(encoding="utf-8").replace("create or replace macro", f"{create} macro"))
+    con.execute(anomaly_macros_sql().replace("create or replace macro", f"{create} macro"))
 
 
 def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,

@@ -18,7 +18,8 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from ..analysis import buckets
-from .markdown import DASH, NULL_SLICE, SLICE_HEADERS, is_missing, num, pct, shown_ratio, slice_tables, times
+from .markdown import (ANOMALIES_SHOWN, ANOMALY_MEANINGS, DASH, NULL_SLICE, SLICE_HEADERS, anomaly_rule,
+                       anomaly_value, is_missing, num, pct, shown_ratio, slice_tables, times)
 
 # The charts' style, applied around each chart only (matplotlib.rc_context): importing
 # or using this module changes neither matplotlib's global settings nor its backend.
@@ -190,6 +191,23 @@ def _speculation_length(doc: dict) -> list[str]:
                     "differs from overall"], rows)]
 
 
+def _anomalies(doc: dict) -> str:
+    """The flagged requests, the top ANOMALIES_SHOWN of each kind, with each rule and what it usually means."""
+    rules = "".join(f"<li><strong>{kind}</strong>: {html.escape(anomaly_rule(kind, doc['anomaly_thresholds']))}. "
+                    f"Usually {html.escape(meaning)}.</li>" for kind, meaning in ANOMALY_MEANINGS.items())
+    shown: dict[str, int] = defaultdict(int)
+    rows = []
+    for a in doc["anomalies"]:
+        shown[a["kind"]] += 1
+        if shown[a["kind"]] <= ANOMALIES_SHOWN:
+            rows.append([a["kind"], a["deployment_id"], a["request_id"], anomaly_value(a["kind"], a["value"]),
+                         anomaly_value(a["kind"], a["threshold"]), a["detail"]])
+    if not rows:
+        return f'<ul class="note">{rules}</ul><p class="note">No request is flagged.</p>'
+    return (f'<ul class="note">{rules}</ul>'
+            + _table(["kind", "deployment", "request", "value", "threshold", "detail"], rows))
+
+
 def render(doc: dict[str, Any], history=None, title: str = "specan report") -> str:
     """The whole page. ``history`` (a polars frame from analyzer.history) adds the trend chart."""
     inp = doc["input"]
@@ -245,6 +263,8 @@ def render(doc: dict[str, Any], history=None, title: str = "specan report") -> s
             parts += [f"<h3>By {html.escape(column)}</h3>",
                       _table(list(SLICE_HEADERS), [list(row) for row in body]) if body else
                       '<p class="note">No request with a clean round.</p>']
+    if "anomalies" in doc:
+        parts += ["<h2>Requests to look at</h2>", _anomalies(doc)]
     gates = doc.get("gates") or []
     if gates:
         by_dep: dict[str, dict[str, str]] = defaultdict(dict)

@@ -73,7 +73,8 @@ def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
 def render(doc: dict[str, Any]) -> str:
     sections: list[Callable[[dict], str]] = [
         _header, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
-        _latency, _categories, _slices, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals, _gates, _notes,
+        _latency, _categories, _slices, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals,
+        _anomalies, _gates, _notes,
     ]
     if doc["input"]["rounds"] == 0 and doc.get("intervals"):
         # Aggregate counters only (vllm-log or prometheus imports): say what is missing, show what is there.
@@ -462,6 +463,68 @@ def _quantization(doc: dict) -> str:
     from .quant import render_quant_markdown
 
     return render_quant_markdown(doc["quantization"]) if doc.get("quantization") else ""
+
+
+ANOMALIES_SHOWN = 20
+
+# What each kind of flagged request usually means (one line each in the report).
+ANOMALY_MEANINGS = {
+    "looping": "a generation stuck repeating itself until its length limit (often greedy or low-temperature "
+               "decoding); its drafts are easy to accept, so it flatters acceptance",
+    "no_acceptance": "garbled output, or a draft mismatched to this request's traffic (tokenizer, chat template, "
+                     "language): the draft never matches it, though it matches the deployment's other requests",
+    "stall": "a preemption, a long prefill batched with the request, or a pause of the serving process: one "
+             "streaming pause far beyond the deployment's usual",
+}
+
+
+def anomaly_rule(kind: str, t: dict) -> str:
+    """The rule of one kind with the thresholds in force, in words."""
+    return {
+        "looping": f"output_tokens ≥ {t['looping_min_output_tokens']:g} and self_repeat_ratio({t['repeat_n']}) ≥ "
+                   f"{t['looping_min_self_repeat_ratio']:g}",
+        "no_acceptance": f"≥ {t['no_acceptance_min_spec_rounds']:g} speculative rounds and 0 accepted drafts, on a "
+                         f"deployment whose acceptance_rate ≥ {t['no_acceptance_min_deployment_acceptance']:g}",
+        "stall": f"max_stall ≥ {t['stall_min_ms']:g} ms and ≥ {t['stall_min_median_multiple']:g} × the "
+                 "deployment's median max_stall",
+    }[kind]
+
+
+def anomaly_value(kind: str, value: Any) -> str:
+    if kind == "no_acceptance" and not is_missing(value):
+        return f"{value:,.0f}"
+    return num(value, 1 if kind == "stall" else 3)
+
+
+def _anomalies(doc: dict) -> str:
+    if "anomalies" not in doc:
+        return ""
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for a in doc["anomalies"]:
+        by_kind[a["kind"]].append(a)
+    checked: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for c in doc["anomaly_checks"]:
+        checked[c["kind"]][0] += c["checked"]
+        checked[c["kind"]][1] += c["num_requests"]
+    parts = ["## Requests to look at\n",
+             f"Requests that one of three rules flags, the top {ANOMALIES_SHOWN} of each kind by value "
+             "(view `request_anomalies`; thresholds from the `[anomalies]` section of `--config`).\n"]
+    for kind in ANOMALY_MEANINGS:
+        flagged = by_kind.get(kind, [])
+        done, total = checked[kind]
+        parts.append(f"### {kind}: {len(flagged):,} flagged of {done:,} requests checked\n\n"
+                     f"Rule: {anomaly_rule(kind, doc['anomaly_thresholds'])}. It usually means "
+                     f"{ANOMALY_MEANINGS[kind]}.\n")
+        if total > done:
+            parts.append(f"{total - done:,} requests could not be checked (see the notes).\n")
+        if flagged:
+            shown = flagged[:ANOMALIES_SHOWN]
+            parts.append(table(["deployment", "request", "value", "threshold", "detail"],
+                               [(a["deployment_id"], a["request_id"], anomaly_value(kind, a["value"]),
+                                 anomaly_value(kind, a["threshold"]), a["detail"]) for a in shown]))
+            if len(flagged) > len(shown):
+                parts.append(f"{len(flagged) - len(shown):,} more in the JSON key `anomalies`.\n")
+    return "\n".join(parts)
 
 
 def _gates(doc: dict) -> str:

@@ -7,25 +7,15 @@
 -- exact histogram (itl_histogram): quantile_cont's linear interpolation between
 -- the order statistics at floor and ceil of (n - 1)·p, found by cumulative
 -- counts, so the quantiles need no memory per gap.
-with stalls as (
-    select deployment_id, request_uid, max_stall_ms
-    from request_rounds
-    where packed and max_stall_ms is not null
-    union all
-    select deployment_id, request_uid, max(gap_ms)
-    from request_gaps_unpacked
-    group by deployment_id, request_uid
-),
-
 -- one sample per request and metric: request_uid orders the mean's sum
-samples as (
+with samples as (
     select deployment_id, request_uid, 'ttft' as metric, ttft_ms as value from request_latency
     union all
     select deployment_id, request_uid, 'tpot', tpot_ms from request_latency
     union all
     select deployment_id, request_uid, 'e2el', e2el_ms from request_latency
     union all
-    select deployment_id, request_uid, 'max_stall', max_stall_ms from stalls
+    select deployment_id, request_uid, 'max_stall', max_stall_ms from request_stalls
 ),
 
 itl_ranked as (

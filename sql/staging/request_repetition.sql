@@ -1,5 +1,7 @@
 -- Repetition in each request's text: could an n-gram copier have drafted its output tokens?
--- Grain: one row per request (request_uid) that has prompt_token_ids and output_token_ids.
+-- Grain: one row per request (request_uid) that has output_token_ids. The prompt-based
+-- columns (eligible_positions … prompt_copy_ratio) need prompt_token_ids too and are
+-- null without them.
 --
 -- Output position t is a repeat(n) when the (n+1)-gram (ctx[-n:], output[t]) occurs
 -- inside ctx = prompt + output[:t]; a prompt copy when that occurrence lies in the
@@ -7,13 +9,24 @@
 -- occurrence in the request decides both: a repeat when it ends before position t,
 -- a prompt copy when it ends inside the prompt. Positions with fewer than n tokens
 -- of context are not eligible.
+--
+-- self_repeat_ratio(n) is repeat_ratio(n) with the context restricted to the output
+-- itself (request_anomalies: looping). Position t is self-eligible when its (n+1)-gram
+-- starts inside the output (t ≥ n), and a self-repeat when that gram ended earlier
+-- wholly inside the output: a prompt copy alone is not a self-repeat, which is what
+-- tells a loop from a code edit. The same pass computes both: the gram's first
+-- in-output occurrence is a second minimum over the same groups.
 with sequences as (
     select
         request_uid,
-        array_length(prompt_token_ids) as prompt_len,
-        list_concat(prompt_token_ids, output_token_ids) as s
+        -- without prompt ids only the output is read: its self_repeat columns need no prompt
+        coalesce(array_length(prompt_token_ids), 0) as prompt_len,
+        case
+            when prompt_token_ids is null then output_token_ids
+            else list_concat(prompt_token_ids, output_token_ids)
+        end as s
     from requests
-    where prompt_token_ids is not null and output_token_ids is not null
+    where output_token_ids is not null
 ),
 
 grams as (
@@ -32,7 +45,11 @@ grams as (
 ),
 
 first_seen as (
-    select request_uid, gram, min(e) as first_e
+    select
+        request_uid,
+        gram,
+        min(e) as first_e,
+        min(e) filter (where e - repeat_n() >= prompt_len) as first_self_e
     from grams
     group by request_uid, gram
 ),
@@ -42,7 +59,9 @@ counts as (
         g.request_uid,
         count(*) filter (where g.e >= g.prompt_len) as eligible_positions,
         count(*) filter (where g.e >= g.prompt_len and f.first_e < g.e) as repeats,
-        count(*) filter (where g.e >= g.prompt_len and f.first_e < g.prompt_len) as prompt_copies
+        count(*) filter (where g.e >= g.prompt_len and f.first_e < g.prompt_len) as prompt_copies,
+        count(*) filter (where g.e - repeat_n() >= g.prompt_len) as self_eligible_positions,
+        count(*) filter (where g.e - repeat_n() >= g.prompt_len and f.first_self_e < g.e) as self_repeats
     from grams as g
     join first_seen as f on f.request_uid = g.request_uid and f.gram = g.gram
     group by g.request_uid
@@ -56,11 +75,16 @@ select
     repeat_n() as repeat_n,
     array_length(q.prompt_token_ids) as prompt_len,
     array_length(q.output_token_ids) as output_len,
-    coalesce(c.eligible_positions, 0) as eligible_positions,
-    coalesce(c.repeats, 0) as repeats,
-    coalesce(c.prompt_copies, 0) as prompt_copies,
-    c.repeats / nullif(c.eligible_positions, 0) as repeat_ratio,
-    c.prompt_copies / nullif(c.eligible_positions, 0) as prompt_copy_ratio
+    case when q.prompt_token_ids is not null then coalesce(c.eligible_positions, 0) end as eligible_positions,
+    case when q.prompt_token_ids is not null then coalesce(c.repeats, 0) end as repeats,
+    case when q.prompt_token_ids is not null then coalesce(c.prompt_copies, 0) end as prompt_copies,
+    case when q.prompt_token_ids is not null then c.repeats / nullif(c.eligible_positions, 0) end as repeat_ratio,
+    case when q.prompt_token_ids is not null then c.prompt_copies / nullif(c.eligible_positions, 0) end
+        as prompt_copy_ratio,
+    q.output_tokens,
+    coalesce(c.self_eligible_positions, 0) as self_eligible_positions,
+    coalesce(c.self_repeats, 0) as self_repeats,
+    c.self_repeats / nullif(c.self_eligible_positions, 0) as self_repeat_ratio
 from requests as q
 left join counts as c on c.request_uid = q.request_uid
-where q.prompt_token_ids is not null and q.output_token_ids is not null
+where q.output_token_ids is not null
