@@ -572,7 +572,8 @@ def test_speedup_by_context_matches_t0_on_batch_and_context(load):
 
 def test_capacity(load):
     ws = load(
-        deployments=[deployment("spec", gamma=4, kv_capacity_tokens=1000), deployment("base", method="none")],
+        deployments=[deployment("spec", gamma=4, kv_capacity_tokens=1000, tensor_parallel_size=2),
+                     deployment("base", method="none")],
         requests=[
             request("spec", "r1", arrival=0.0, first=50.0, finish=1000.0, output_tokens=10,
                     finish_reason="stop", num_preemptions=1),
@@ -617,6 +618,28 @@ def test_capacity(load):
     assert b["kv_usage_mean"] == pytest.approx(0.9)
     assert b["candidate_kv_share"] is None                               # kv_capacity_tokens unknown
     assert b["output_tokens_per_s"] == pytest.approx(16.0)                # 8 / 0.5 s
+    # busy time: the 3 clean steps' 30 ms; committed by their rounds: 1+1 (step 1) + 1+1+1 (step 2)
+    # = 5 tokens (r4's round in no step does not count) -> 5 / 0.03 s
+    assert c["output_tokens_per_busy_s"] == pytest.approx(5 / 0.03)
+    assert c["peak_hour_output_tokens_per_s"] == pytest.approx(5 / 3600)   # every step starts in one hour
+    assert b["output_tokens_per_busy_s"] == pytest.approx(1 / 0.01)
+    by_batch = rows(ws, "select * exclude (bucket_min) from capacity_by_batch where deployment_id = 'spec' "
+                        "order by bucket_min")
+    # one 10 ms step per bucket: batch 1 (step 3, no rounds), 2 (step 1, 2 tokens), 3-4 (step 2, 3 tokens);
+    # tensor_parallel_size 2 halves the rate per GPU
+    assert by_batch == [
+        {"deployment_id": "spec", "batch_bucket": "1", "num_steps": 1, "busy_s": pytest.approx(0.01),
+         "num_committed_tokens": 0, "output_tokens_per_busy_s": 0.0, "num_gpus": 2,
+         "output_tokens_per_gpu_s": 0.0, "time_share": pytest.approx(1 / 3)},
+        {"deployment_id": "spec", "batch_bucket": "2", "num_steps": 1, "busy_s": pytest.approx(0.01),
+         "num_committed_tokens": 2, "output_tokens_per_busy_s": pytest.approx(200.0), "num_gpus": 2,
+         "output_tokens_per_gpu_s": pytest.approx(100.0), "time_share": pytest.approx(1 / 3)},
+        {"deployment_id": "spec", "batch_bucket": "3-4", "num_steps": 1, "busy_s": pytest.approx(0.01),
+         "num_committed_tokens": 3, "output_tokens_per_busy_s": pytest.approx(300.0), "num_gpus": 2,
+         "output_tokens_per_gpu_s": pytest.approx(150.0), "time_share": pytest.approx(1 / 3)},
+    ]
+    base_bucket = one(ws, "select * from capacity_by_batch where deployment_id = 'base'")
+    assert base_bucket["num_gpus"] is None and base_bucket["output_tokens_per_gpu_s"] is None
 
 
 def test_preemptions_unknown_without_the_column(load):

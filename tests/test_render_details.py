@@ -199,7 +199,7 @@ def test_category_r_of_one_request_is_the_dash():
     row = {"deployment_id": "d", "category": "chat", "num_requests": 1, "mean_accept_length": 2.0,
            "acceptance_rate": 0.5, "tokens_per_round": 2.0, "speedup": None, "repeat_ratio": 0.25,
            "prompt_copy_ratio": 0.1, "repeat_accept_correlation": math.nan}
-    text = markdown._categories({"categories": [row]})
+    text = markdown._categories({"categories": [row], "deployments": [{"deployment_id": "d", "method": "eagle"}]})
     assert "| d | chat | 1 | 2.000 | 50.0% | 2.000 | – | 0.250 | 0.100 | – |\n" in text
     assert "nan" not in text
 

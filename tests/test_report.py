@@ -101,7 +101,10 @@ def test_json_follows_the_contract(sample_json):
     assert "NaN" not in sample_json and "Infinity" not in sample_json
     doc = json.loads(sample_json)
     assert doc["schema_version"] == 1
+    # the sample's deployments table has one row per deployment and date: 18 rows, 6 deployments
     assert doc["input"] == {"deployments": 18, "requests": 3600, "steps": 69437, "rounds": 470316, "intervals": 0,
+                            "clean_rows": {"deployments": 6, "requests": 3600, "steps": 69437, "rounds": 470316,
+                                           "intervals": 0},
                             "rejected_rows": 0, "rejected_by_reason": {}, "rejected_by_table": {}}
     for section, keys in CONTRACT.items():
         assert doc[section], section
@@ -110,7 +113,8 @@ def test_json_follows_the_contract(sample_json):
     for d in doc["deployments"]:
         assert set(d["capacity"]) == {"completed_requests", "failed_requests", "preemptions_per_request",
                                       "kv_usage_mean", "kv_usage_max", "candidate_kv_share",
-                                      "output_tokens_per_s"}
+                                      "output_tokens_per_s", "output_tokens_per_busy_s",
+                                      "peak_hour_output_tokens_per_s", "by_batch"}
         assert set(d["round_ms"]) == {"mean", "draft", "verify", "other"}
         assert set(d["latency_ms"]) == {"ttft", "tpot", "itl", "e2el", "max_stall"}
         for stats in d["latency_ms"].values():

@@ -24,7 +24,10 @@ ACCEPTANCE_KEYS = (
 )
 POSITION_KEYS = ("position", "drafted", "accepted", "survival", "conditional", "vllm_rate", "marginal_gain")
 CAPACITY_KEYS = ("completed_requests", "failed_requests", "preemptions_per_request", "kv_usage_mean",
-                 "kv_usage_max", "candidate_kv_share", "output_tokens_per_s")
+                 "kv_usage_max", "candidate_kv_share", "output_tokens_per_s", "output_tokens_per_busy_s",
+                 "peak_hour_output_tokens_per_s")
+CAPACITY_BY_BATCH_KEYS = ("batch_bucket", "num_steps", "busy_s", "num_committed_tokens", "output_tokens_per_busy_s",
+                          "num_gpus", "output_tokens_per_gpu_s", "time_share")
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "max_stall")
 LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 ANOMALY_KINDS = ("looping", "no_acceptance", "stall")
@@ -63,6 +66,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     for row in rows(con, "select * from position_acceptance order by deployment_id, position"):
         positions[row["deployment_id"]].append(_pick(row, POSITION_KEYS))
     capacity = {r["deployment_id"]: r for r in rows(con, "select * from capacity")}
+    capacity_by_batch = defaultdict(list)
+    for row in rows(con, "select * from capacity_by_batch order by deployment_id, bucket_min"):
+        capacity_by_batch[row["deployment_id"]].append(_pick(row, CAPACITY_BY_BATCH_KEYS))
     latency: dict[str, dict] = defaultdict(dict)
     latency_n: dict[str, dict] = defaultdict(dict)
     for row in rows(con, "select * from latency order by deployment_id, metric_order"):
@@ -87,7 +93,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "nodes_per_round": d["nodes_per_round"],
             "accepted_per_node": d["accepted_per_node"],
             "num_requests": d["num_requests"],
-            "capacity": _pick(capacity.get(dep, {}), CAPACITY_KEYS),
+            "capacity": {**_pick(capacity.get(dep, {}), CAPACITY_KEYS), "by_batch": capacity_by_batch.get(dep, [])},
             "round_ms": {"mean": d["round_ms_mean"], "draft": d["round_ms_draft"],
                          "verify": d["round_ms_verify"], "other": d["round_ms_other"]},
             "speedup": d["speedup"],
@@ -206,6 +212,9 @@ def _input(summary: LoadSummary) -> dict[str, Any]:
             by_reason[reason] += n
     return {
         **{t: summary.rows_read.get(t, 0) for t in TABLE_ORDER},
+        # rows kept after the row rules and after identical copies (a deployment row per
+        # daily partition, say) were merged into one
+        "clean_rows": {t: summary.rows_clean.get(t, 0) for t in TABLE_ORDER},
         "rejected_rows": summary.rejected_total,
         "rejected_by_reason": dict(sorted(by_reason.items())),
         "rejected_by_table": {t: dict(sorted(r.items())) for t, r in summary.rejected.items() if r},

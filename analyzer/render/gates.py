@@ -36,7 +36,7 @@ def render_gates_markdown(gates: list[dict]) -> str:
                             c.get("reason") or ""))
 
     parts = ["## Deployment gates\n\n"
-             "The seed's four gates before deploying. Each is PASS, FAIL or UNKNOWN; UNKNOWN means the data "
+             "The deployment gates, checked before deploying. Each is PASS, FAIL or UNKNOWN; UNKNOWN means the data "
              "it needs is missing, and it is never counted as a pass. A baseline (`none`) deployment is "
              f"gated on latency and capacity only, without min_speedup ({DASH} marks a gate not applied).\n\n",
              overview]

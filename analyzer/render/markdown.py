@@ -10,7 +10,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..analysis.buckets import labels
+
 DASH = "–"
+
+
+BATCH_BUCKETS = labels("batch")
 
 
 def is_missing(value: Any) -> bool:
@@ -93,8 +98,19 @@ def _header(doc: dict) -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in inp["rejected_by_reason"].items())
     rejected = f"{inp['rejected_rows']:,} rejected ({reasons})" if inp["rejected_rows"] else "0 rejected"
     return ("# specan report\n\n"
-            f"Input rows: {inp['deployments']:,} deployments, {inp['requests']:,} requests, "
+            f"Input rows: {deployment_rows(inp)}, {inp['requests']:,} requests, "
             f"{inp['steps']:,} steps, {inp['rounds']:,} rounds; {rejected}.\n")
+
+
+def deployment_rows(inp: dict) -> str:
+    """"18 deployment rows (6 deployments; 12 identical copies merged)" when copies were merged."""
+    read = inp["deployments"]
+    clean = (inp.get("clean_rows") or {}).get("deployments", read)
+    rejected = sum((inp.get("rejected_by_table") or {}).get("deployments", {}).values())
+    merged = read - clean - rejected
+    if merged <= 0:
+        return f"{read:,} deployments"
+    return f"{read:,} deployment rows ({clean:,} deployments; {merged:,} identical copies merged)"
 
 
 def _regressions(doc: dict) -> str:
@@ -110,6 +126,12 @@ def _regressions(doc: dict) -> str:
 
 def _spec(doc: dict) -> list[dict]:
     return [d for d in doc["deployments"] if d["method"] != "none"]
+
+
+def _spec_rows(doc: dict, items: list[dict]) -> list[dict]:
+    """The rows of speculative deployments: a baseline drafts nothing, so acceptance tables leave it out."""
+    spec = {d["deployment_id"] for d in _spec(doc)}
+    return [item for item in items if item["deployment_id"] in spec]
 
 
 def _findings(doc: dict) -> str:
@@ -173,7 +195,11 @@ def _summary(doc: dict) -> str:
     return ("## 1. Summary\n\n"
             "Mean accept length is 1 + C/R (vLLM's definition); per request is the mean over requests. "
             "Tokens per round counts plain rounds and stop truncation: the real progress per step. "
-            "Speedup is throughput-weighted against the matched baseline, at the deployment's own batch sizes.\n\n"
+            "Speedup is throughput-weighted against the matched baseline, at the deployment's own batch sizes; "
+            "coverage is the share of the deployment's committed tokens it covers (decode-only rounds in batch "
+            "buckets where the baseline ran; the quantization matrix's coverage counts decode-only tokens only). "
+            "Baselines (plain decoding) appear where they carry numbers (here, the ledger, load, latency and "
+            "capacity); the acceptance tables leave them out.\n\n"
             + table(["deployment", "method", "γ", "baseline", "accept length", "per request", "acceptance",
                      "tokens/round", "speedup", "coverage", "TPOT speedup"], body)
             + "\nTPOT speedup compares time per output token from request timings alone (not matched on "
@@ -218,7 +244,7 @@ def _positions(doc: dict) -> str:
 def _truncation(doc: dict) -> str:
     body = [(d["deployment_id"], num(d["num_rounds"]), num(d["truncated_rounds"]), num(d["truncated_tokens"]),
              pct(d["truncated_rounds"] / d["num_rounds"] if d["num_rounds"] else None, 2))
-            for d in doc["deployments"]]
+            for d in _spec(doc)]
     return ("## 4. Stop truncation\n\n"
             "Rounds cut short by EOS, a stop string or the length limit commit fewer than K + 1 tokens.\n\n"
             + table(["deployment", "rounds", "truncated rounds", "truncated tokens", "share of rounds"], body))
@@ -228,7 +254,7 @@ def _structured(doc: dict) -> str:
     body = [(r["deployment_id"], "yes" if r["structured_output"] else "no", num(r["num_rounds"]),
              num(r["proposed_tokens"]), num(r["invalidated_tokens"]), pct(r["invalidation_rate"]),
              num(r["mean_accept_length"]), num(r["fully_invalidated_rounds"]))
-            for r in doc["structured_output"]]
+            for r in _spec_rows(doc, doc["structured_output"])]
     return ("## 5. Structured-output invalidation\n\n"
             "Drafts the grammar removed before verification; fully invalidated rounds lost every draft.\n\n"
             + table(["deployment", "structured", "rounds", "proposed", "invalidated", "invalidation rate",
@@ -274,7 +300,7 @@ def _categories(doc: dict) -> str:
     body = [(r["deployment_id"], r["category"], num(r["num_requests"]), num(r["mean_accept_length"]),
              pct(r["acceptance_rate"]), num(r["tokens_per_round"]), times(r["speedup"]),
              num(r.get("repeat_ratio")), num(r.get("prompt_copy_ratio")), num(r.get("repeat_accept_correlation"), 2))
-            for r in doc["categories"]]
+            for r in _spec_rows(doc, doc["categories"])]
     n = doc["repetition"][0]["repeat_n"] if doc.get("repetition") else 3
     parts = ["## 8. Categories and repetition\n\n"
              "\"Code is good, chat is bad\" is a label, not an explanation. What explains acceptance is how much "
@@ -356,13 +382,39 @@ def _trees(doc: dict) -> str:
 def _capacity(doc: dict) -> str:
     body = [(d["deployment_id"], num(c["completed_requests"]), num(c["failed_requests"]),
              num(c["preemptions_per_request"]), pct(c["kv_usage_mean"]), pct(c["kv_usage_max"]),
-             pct(c["candidate_kv_share"], 2), num(c["output_tokens_per_s"], 1))
+             pct(c["candidate_kv_share"], 2), num(c["output_tokens_per_busy_s"], 0),
+             num(c["peak_hour_output_tokens_per_s"], 1))
             for d in doc["deployments"] for c in [d["capacity"]]]
-    return ("## 11. Capacity\n\n"
-            "Drafts occupy KV (≈ B·γ tokens per step) and can cause preemptions: a faster round does not "
-            "guarantee faster requests.\n\n"
-            + table(["deployment", "completed", "failed", "preemptions/request", "KV mean", "KV max",
-                     "draft KV share", "output tok/s"], body))
+    parts = ["## 11. Capacity\n\n"
+             "Drafts occupy KV (≈ B·γ tokens per step) and can cause preemptions: a faster round does not "
+             "guarantee faster requests. Busy tok/s is the tokens committed per second of step time (the "
+             "engine's throughput while it works); peak-hour tok/s, those committed in the busiest clock hour "
+             "÷ 3600 s (what the traffic asked of it).\n\n",
+             table(["deployment", "completed", "failed", "preemptions/request", "KV mean", "KV max",
+                    "draft KV share", "busy tok/s", "peak-hour tok/s"], body)]
+    by_batch = {d["deployment_id"]: {b["batch_bucket"]: b for b in d["capacity"].get("by_batch") or []}
+                for d in doc["deployments"]}
+    buckets = [b for b in BATCH_BUCKETS if any(b in cells for cells in by_batch.values())]
+    if buckets:
+        per_gpu = all(b["num_gpus"] for cells in by_batch.values() for b in cells.values())
+        unit = "output tokens per second per GPU" if per_gpu else "output tokens per second (per GPU where tensor_parallel_size is known)"
+        rows = []
+        for dep, cells in by_batch.items():
+            if not cells:
+                continue
+            row = [dep]
+            for bucket in buckets:
+                c = cells.get(bucket)
+                if c is None:
+                    row.append(DASH)
+                    continue
+                rate = c["output_tokens_per_gpu_s"] if c["num_gpus"] else c["output_tokens_per_busy_s"]
+                row.append(f"{num(rate, 0)} ({pct(c['time_share'], 0)})")
+            rows.append(row)
+        parts.append(f"\nBy batch bucket: {unit} while busy, and (in brackets) the share of the deployment's "
+                     "busy time spent in the bucket.\n\n")
+        parts.append(table(["deployment", *buckets], rows))
+    return "".join(parts)
 
 
 def _temperature(doc: dict) -> str:
@@ -370,7 +422,7 @@ def _temperature(doc: dict) -> str:
         return ""
     body = [(r["deployment_id"], r["temperature_bucket"], num(r["num_requests"]), num(r["mean_accept_length"]),
              pct(r["acceptance_rate"]), num(r["tokens_per_round"]))
-            for r in doc["temperature"]]
+            for r in _spec_rows(doc, doc["temperature"])]
     return ("## 12. Temperature\n\n"
             + table(["deployment", "temperature", "requests", "accept length", "acceptance", "tokens/round"],
                     body))

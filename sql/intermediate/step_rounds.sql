@@ -10,6 +10,7 @@ select
     count(*) as num_rounds,
     sum(coalesce(num_verified_nodes, num_draft_tokens) + 1) as tokens_verified,
     sum(num_draft_tokens) as num_draft_tokens,
+    sum(num_committed_tokens) as num_committed_tokens,
     sum(coalesce(num_verified_nodes, num_draft_tokens)) as num_verified_nodes,
     sum(coalesce(num_invalidated_tokens, 0)) as num_invalidated_tokens,
     min(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as min_proposed,

@@ -1,5 +1,9 @@
 -- Capacity per deployment: finished and failed requests, preemptions, KV usage,
--- the share of KV that drafts occupy, and output throughput over the wall clock.
+-- the share of KV that drafts occupy, and output throughput: over the wall clock
+-- (output_tokens_per_s: the requests' output tokens ÷ first arrival to last finish,
+-- which idle hours dilute), over busy time (output_tokens_per_busy_s: tokens committed
+-- by the clean steps' rounds ÷ the summed step durations) and in the busiest clock hour
+-- (peak_hour_output_tokens_per_s: tokens committed by steps starting in it ÷ 3600 s).
 -- Grain: one row per deployment_id.
 with request_totals as (
     select
@@ -15,8 +19,21 @@ with request_totals as (
 ),
 
 step_drafts as (
-    select step_uid, num_draft_tokens as draft_tokens
+    select step_uid, num_draft_tokens as draft_tokens, num_committed_tokens as committed_tokens
     from step_rounds
+),
+
+hourly as (
+    select s.deployment_id, date_trunc('hour', s.start_time) as hour, sum(r.committed_tokens) as committed_tokens
+    from steps as s
+    join step_drafts as r on r.step_uid = s.step_uid
+    group by s.deployment_id, date_trunc('hour', s.start_time)
+),
+
+peak_hour as (
+    select deployment_id, max(committed_tokens) / 3600.0 as peak_hour_output_tokens_per_s
+    from hourly
+    group by deployment_id
 ),
 
 step_totals as (
@@ -28,7 +45,10 @@ step_totals as (
         max(s.kv_usage) as kv_usage_max,
         -- the mean of draft_tokens / kv_capacity_tokens, one capacity per deployment:
         -- an exact integer mean, divided once
-        avg(coalesce(r.draft_tokens, 0)) / any_value(d.kv_capacity_tokens) as candidate_kv_share
+        avg(coalesce(r.draft_tokens, 0)) / any_value(d.kv_capacity_tokens) as candidate_kv_share,
+        sum(coalesce(r.committed_tokens, 0)) as committed_tokens,
+        -- exact DECIMAL, so the sum is the same in any order
+        sum(exact_ms(s.duration_ms)) as busy_ms
     from steps as s
     join deployments as d on d.deployment_id = s.deployment_id
     left join step_drafts as r on r.step_uid = s.step_uid
@@ -49,7 +69,10 @@ select
     s.kv_usage_mean,
     s.kv_usage_max,
     s.candidate_kv_share,
-    q.output_tokens / nullif(q.span_s, 0) as output_tokens_per_s
+    q.output_tokens / nullif(q.span_s, 0) as output_tokens_per_s,
+    s.committed_tokens / nullif(cast(s.busy_ms as double) / 1000, 0) as output_tokens_per_busy_s,
+    p.peak_hour_output_tokens_per_s
 from deployments as d
 left join request_totals as q on q.deployment_id = d.deployment_id
 left join step_totals as s on s.deployment_id = d.deployment_id
+left join peak_hour as p on p.deployment_id = d.deployment_id
