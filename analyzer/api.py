@@ -336,6 +336,7 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
     """The report as a JSON-ready document (docs/metrics.md), with gate results under ``gates``."""
     from .analysis.gates import evaluate_gates
     from .analysis.metrics import collect
+    from .analysis.verdict import verdicts
     from .analysis.quant import quant_matrix
 
     if config is not None:
@@ -352,6 +353,7 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
     if progress:
         progress("evaluating gates")
     doc["gates"] = evaluate_gates(ws.con, config)
+    doc["verdict"] = verdicts(doc)
     return doc
 
 

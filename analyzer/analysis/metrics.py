@@ -66,6 +66,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     for row in rows(con, "select * from position_acceptance order by deployment_id, position"):
         positions[row["deployment_id"]].append(_pick(row, POSITION_KEYS))
     capacity = {r["deployment_id"]: r for r in rows(con, "select * from capacity")}
+    intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from headline_intervals")}
     capacity_by_batch = defaultdict(list)
     for row in rows(con, "select * from capacity_by_batch order by deployment_id, bucket_min"):
         capacity_by_batch[row["deployment_id"]].append(_pick(row, CAPACITY_BY_BATCH_KEYS))
@@ -97,6 +98,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "round_ms": {"mean": d["round_ms_mean"], "draft": d["round_ms_draft"],
                          "verify": d["round_ms_verify"], "other": d["round_ms_other"]},
             "speedup": d["speedup"],
+            # 95 % bootstrap intervals over requests (view headline_intervals)
+            "speedup_interval": _interval(intervals_95.get(dep), "speedup"),
+            "mean_accept_length_interval": _interval(intervals_95.get(dep), "mean_accept_length"),
             "speedup_coverage": d["speedup_coverage"],
             "tpot_speedup": d["tpot_speedup"],
             "prefill_round_share": d["prefill_round_share"],
@@ -167,6 +171,12 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
                                    + ", repeat_n() as repeat_n")[0],
         "notes": notes,
     }
+
+
+def _interval(row: dict | None, metric: str) -> list[float] | None:
+    if row is None or row[f"{metric}_lo"] is None or row[f"{metric}_hi"] is None:
+        return None
+    return [row[f"{metric}_lo"], row[f"{metric}_hi"]]
 
 
 def _import_notes(con) -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..analysis.buckets import labels
+from ..analysis.precision import with_interval
 
 DASH = "–"
 
@@ -77,7 +78,7 @@ def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
 
 def render(doc: dict[str, Any]) -> str:
     sections: list[Callable[[dict], str]] = [
-        _header, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
+        _header, _what_to_do, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
         _latency, _categories, _slices, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals,
         _anomalies, _gates, _notes,
     ]
@@ -111,6 +112,25 @@ def deployment_rows(inp: dict) -> str:
     if merged <= 0:
         return f"{read:,} deployments"
     return f"{read:,} deployment rows ({clean:,} deployments; {merged:,} identical copies merged)"
+
+
+def with_interval_of(d: dict, metric: str, suffix: str = "") -> str:
+    """A deployment's headline metric to the decimals its 95% interval supports, with the interval."""
+    if is_missing(d.get(metric)):
+        return DASH
+    interval = d.get(f"{metric}_interval")
+    if interval is None and suffix == "×":
+        return shown_ratio(d[metric])[0] + suffix      # no interval: never "1.00" for a ratio below 1
+    return with_interval(d[metric], *(interval or (None, None)), suffix=suffix)
+
+
+def _what_to_do(doc: dict) -> str:
+    """The verdict, one line per deployment: ship with this config, cap speculation, or don't ship and why."""
+    lines = [v["text"] for v in doc.get("verdict") or [] if v["action"] != "baseline"]
+    lines += [v["text"] for v in doc.get("verdict") or [] if v["action"] == "baseline" and "gate fails" in v["text"]]
+    if not lines:
+        return ""
+    return "## What to do\n\n" + "\n".join(f"- {line}" for line in lines) + "\n"
 
 
 def _regressions(doc: dict) -> str:
@@ -151,10 +171,10 @@ def _findings(doc: dict) -> str:
             else:
                 lines.append(f"- **{dep}** ({d['method']}): speedup unknown, see the notes.")
             continue
-        shown, verdict = shown_ratio(d["speedup"])
-        text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {shown}× "
+        _, verdict = shown_ratio(d["speedup"])
+        text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {with_interval_of(d, 'speedup', '×')} "
                 f"the throughput of {d['baseline_id']} ({verdict}), over {pct(d['speedup_coverage'])} "
-                f"of its tokens; mean accept length {num(d['mean_accept_length'], 2)}.")
+                f"of its tokens; mean accept length {with_interval_of(d, 'mean_accept_length')}.")
         buckets = [b for b in curve.get(dep, []) if b["condition_holds"] is not None]
         wins = [b["batch_bucket"] for b in buckets if b["condition_holds"]]
         losses = [b["batch_bucket"] for b in buckets if not b["condition_holds"]]
@@ -166,9 +186,34 @@ def _findings(doc: dict) -> str:
             text += " It pays at every observed batch size."
         text += _latency_finding(d, baselines.get(d["baseline_id"]))
         lines.append(text)
+    lines += _quant_findings(doc)
+    from ..analysis.verdict import shared_gate_failures
+
+    for gate in shared_gate_failures(doc):
+        lines.append(f"- Every deployment, baselines included, fails the {gate} gate: speculation alone "
+                     "does not explain it; check the thresholds against your service level (Deployment gates).")
     if not lines:
         return ""
     return "## Findings\n\n" + "\n".join(lines) + "\n"
+
+
+def _quant_findings(doc: dict) -> list[str]:
+    """The combined quantization result: a quantized speculative deployment against the model's reference."""
+    lines = []
+    for entry in (doc.get("quantization") or {}).get("models") or []:
+        reference = (entry.get("reference") or {}).get("deployment_id")
+        for c in entry.get("comparisons") or []:
+            if c.get("combined_ratio") is None or reference is None:
+                continue
+            shown, word = shown_ratio(c["combined_ratio"])
+            parts = [f"{c['quant_only_id']} (quantization alone) {shown_ratio(c['quant_only_ratio'])[0]}×"
+                     if c.get("quant_only_ratio") is not None else None,
+                     f"{c['spec_only_id']} (speculation alone) {shown_ratio(c['spec_only_ratio'])[0]}×"
+                     if c.get("spec_only_ratio") is not None else None]
+            alone = "; ".join(p for p in parts if p)
+            lines.append(f"- **{c['deployment_id']}** is {shown}× {reference} ({word}), quantization and speculation "
+                         f"combined" + (f"; against {alone}" if alone else "") + " (Quantization matrix).")
+    return lines
 
 
 def _latency_finding(d: dict, baseline: dict | None) -> str:
@@ -188,14 +233,17 @@ def _latency_finding(d: dict, baseline: dict | None) -> str:
 def _summary(doc: dict) -> str:
     body = [
         (d["deployment_id"], d["method"], num(d["num_speculative_tokens"]), d["baseline_id"] or DASH,
-         num(d["mean_accept_length"]), num(d["mean_accept_length_per_request"]), pct(d["acceptance_rate"]),
-         num(d["tokens_per_round"]), times(d["speedup"]), pct(d["speedup_coverage"]), times(d.get("tpot_speedup")))
+         with_interval_of(d, "mean_accept_length"), num(d["mean_accept_length_per_request"]),
+         pct(d["acceptance_rate"]), num(d["tokens_per_round"]), with_interval_of(d, "speedup", "×"),
+         pct(d["speedup_coverage"]), times(d.get("tpot_speedup")))
         for d in doc["deployments"]
     ]
     return ("## 1. Summary\n\n"
             "Mean accept length is 1 + C/R (vLLM's definition); per request is the mean over requests. "
             "Tokens per round counts plain rounds and stop truncation: the real progress per step. "
-            "Speedup is throughput-weighted against the matched baseline, at the deployment's own batch sizes; "
+            "Speedup is throughput-weighted against the matched baseline, at the deployment's own batch sizes. "
+            "Accept length and speedup carry a 95% interval (a bootstrap over requests) and the decimals it "
+            "supports; "
             "coverage is the share of the deployment's committed tokens it covers (decode-only rounds in batch "
             "buckets where the baseline ran; the quantization matrix's coverage counts decode-only tokens only). "
             "Baselines (plain decoding) appear where they carry numbers (here, the ledger, load, latency and "
