@@ -351,3 +351,54 @@ def test_marginal_returns_use_the_fit_where_a_length_was_not_measured(tmp_path):
     # every draft was accepted: a_i = 1, E(i) = i + 1, and every position pays
     assert [p["pays"] for p in res["positions"]] == [True, True, True]
     assert math.isclose(pos[3]["marginal_gain"], 1.0)
+
+
+# --------------------------------------------------------------------------- the non-negative fit
+
+def test_a_negative_cost_per_token_is_held_at_0(tmp_path):
+    """Batch size 1, γ = 1, 2, 3 (X = 2, 3, 4) taking 10.2, 10.0, 9.8 ms: the unconstrained fit
+    is T = 10.6 − 0.2 X, a step that verifies more tokens taking less time. Held at β_tokens ≥ 0
+    the best fit is α alone: α = mean T = 10.0, SSE = SST = 0.04 + 0 + 0.04, so R² = 0 and
+    RMSE = √(0.08 / 3). Too few distinct X (3 < 4) for the quadratic term."""
+    t = Traces().deployment("spec", gamma=3).deployment("base", "none")
+    for gamma, ms in ((1, 10.2), (2, 10.0), (3, 9.8)):
+        t.step("spec", [(gamma, gamma)], ms)
+    t.baseline("base", 1, 10.0)
+    (fit,) = fits_of(t.write(tmp_path))
+    assert fit["bound"] == ["beta_tokens"]
+    assert fit["unconstrained"] == {"beta_tokens": pytest.approx(-0.2, rel=1e-9)}
+    assert fit["beta_tokens"] == 0.0 and fit["alpha"] == pytest.approx(10.0, rel=1e-12)
+    assert fit["quadratic"] is False and fit["q"] is None
+    assert fit["r2"] == pytest.approx(0.0, abs=1e-12)
+    assert fit["rmse"] == pytest.approx(math.sqrt(0.08 / 3), rel=1e-9)
+    assert fit["residuals"] == {"1": pytest.approx(0.2), "2": pytest.approx(0.0, abs=1e-9),
+                                "3": pytest.approx(-0.2)}
+
+
+def test_a_negative_cost_per_request_is_held_at_0_and_tokens_refitted(tmp_path):
+    """T = 3 + 0.05 X − 0.1 B exactly on the grid γ = 1, 2, 3 × B = 70, 90, 120 (X = B(γ + 1)).
+    The unconstrained fit recovers β_batch = −0.1; held at 0, T is fitted on X alone, by hand:
+
+        X: 140 180 240 | 210 270 360 | 280 360 480      mean 2520 / 9 = 280
+        T:   3   3   3 | 6.5 7.5   9 |  10  12  15      mean 69 / 9 = 23/3
+        Sxx = Σ(X − 280)² = 89,000;  Sxy = 3,310;  Syy = 675.5 − 529 = 146.5
+        β_tokens = 3,310 / 89,000 = 0.0371910;  α = 23/3 − 280 · β_tokens = −2.74682
+        R² = Sxy² / (Sxx · Syy) = 10,956,100 / 13,038,500 = 0.840288
+
+    α stays unconstrained: it is the time at X = B = 0, far outside the bucket, and the fit is
+    positive wherever steps ran (at X = 140: −2.747 + 5.207 = 2.46 ms)."""
+    (fit,) = fits_of(grid_traces(tmp_path, lambda x, b: 3.0 + 0.05 * x - 0.1 * b))
+    assert fit["bound"] == ["beta_batch"]
+    assert fit["unconstrained"] == {"beta_batch": pytest.approx(-0.1, rel=1e-9)}
+    assert fit["beta_batch"] == 0.0 and fit["terms"] == ["tokens_verified", "batch_size"]
+    assert fit["beta_tokens"] == pytest.approx(3310 / 89000, rel=1e-12)
+    assert fit["alpha"] == pytest.approx(23 / 3 - 280 * 3310 / 89000, rel=1e-12)
+    assert fit["r2"] == pytest.approx(3310 ** 2 / (89000 * 146.5), rel=1e-12)
+    # with β_batch held, the quadratic in X has q = −2.8e-6 < 0 (numpy's lstsq on the 9 points): held at
+    # 0 it is the linear fit again, so it is not kept
+    assert fit["quadratic"] is False
+
+
+def test_no_constraint_binds_on_a_physical_model(tmp_path):
+    (fit,) = fits_of(grid_traces(tmp_path, lambda x, b: 3.0 + 0.05 * x + 0.2 * b))
+    assert fit["bound"] == [] and fit["unconstrained"] == {}

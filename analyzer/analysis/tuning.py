@@ -35,7 +35,23 @@ ordinary least squares of the step's duration T on X = tokens verified,
 
 The SQL view ``cost_model`` holds the sums of the normal equations, centred on
 the bucket means (Σx², Σxb, Σb², Σx³, Σx⁴, Σx²b, Σy², Σxy, Σby, Σx²y) so they
-stay well conditioned; numpy solves the small system. A regressor that never
+stay well conditioned; numpy solves the small system.
+
+The slopes are constrained: β_tokens ≥ 0, β_batch ≥ 0 and q ≥ 0, since no GPU
+verifies a token, or serves one more request, in negative time (and with q ≥ 0,
+β_tokens ≥ 0 makes the cost rise with X everywhere). This is non-negative least
+squares, solved exactly from the sums: the constrained optimum is the
+unconstrained fit on the slopes it leaves free, the others held at 0, so with at
+most three slopes the fit tries every subset and keeps the feasible one with the
+lowest SSE (the empty one, α alone, always is). No design matrix is needed, and
+no solver beyond numpy. The fit says which slopes a constraint held at 0
+(``bound``) and what the unconstrained fit gave them (``unconstrained``). α is
+not constrained: it is the time at X = 0 and B = 0, which no step has, and a
+bucket's fit is local (at batch 65-128, X ≥ 130), so a negative α is the
+extrapolation of a straight line that is positive wherever steps ran. A
+predicted round time that is not positive is not used (``_round_time``).
+
+A regressor that never
 varies in the bucket is dropped (B in buckets ``1`` and ``2``; its effect is in α).
 When X is (almost) proportional to B, which happens when γ never varied, the
 system is singular: B is dropped, the fit is marked ``singular`` with the
@@ -49,7 +65,8 @@ A residual sum below 1e-9 of the total sum of squares counts as an exact fit:
 an exact linear fit keeps the linear model, and an exact quadratic beats an
 inexact linear one.
 
-Reported per fit: the coefficients in the original units, R² = 1 − SSE / SST
+Reported per fit: the coefficients in the original units (a held one is 0.0), the
+held ones (bound) and their unconstrained values, R² = 1 − SSE / SST
 (null when every step took the same time), RMSE = √(SSE / n), n_steps, the
 observed γ list, whether γ varied, and the mean residual of the steps at each
 observed γ (measured minus fitted): a residual far from 0 says the model bends
@@ -79,6 +96,7 @@ predicted_speedup(1) > 1; without t0 it is the deployment's own round time at 0.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -191,51 +209,95 @@ def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]]) -> dict[s
     else:
         dropped.append("batch_size")
 
-    def solve(use: list[str]) -> tuple[np.ndarray, float] | None:
+    mu = float(row["mean_x"])
+
+    def regressor(term: str, use: list[str]) -> dict[str, float]:
+        """Term's regressor in the centred coordinates (x, b, q = x² − m2). X² centred on its own
+        mean is (x² − m2) + 2μ·x; with x among the regressors the 2μ·x part is x's, which keeps the
+        system as well conditioned as the centred sums are, and is undone in ``solve``."""
+        if term == "q" and "x" not in use:
+            return {"q": 1.0, "x": 2 * mu}
+        return {term: 1.0}
+
+    def solve(use: list[str]) -> tuple[dict[str, float], float] | None:
+        """Unconstrained least squares on the regressors ``use``: the slopes in the original
+        units (β_tokens, β_batch, q) and the residual sum of squares; None when singular."""
         if not use:
-            return np.zeros(0), syy
-        mat = np.array([[c(u, v) for v in use] for u in use])
-        vec = np.array([rhs[u] for u in use])
+            return {}, syy
+        vecs = [regressor(t, use) for t in use]
+        mat = np.array([[sum(a * w * c(i, j) for i, a in u.items() for j, w in v.items()) for v in vecs]
+                        for u in vecs])
+        vec = np.array([sum(a * rhs[i] for i, a in u.items()) for u in vecs])
         solved = _solve(mat, vec)
         if solved is None:
             return None
         slopes, _ = solved
-        return slopes, max(syy - float(slopes @ vec), 0.0)
+        coef = dict(zip(use, (float(v) for v in slopes)))
+        if "x" in coef and "q" in coef:   # T = … + s_x·x + q·(x² − m2) = … + (s_x − 2μq)·X + q·X² + const
+            coef["x"] -= 2 * mu * coef["q"]
+        return coef, max(syy - float(slopes @ vec), 0.0)
 
-    linear = solve(terms)
+    def solve_nonnegative(use: list[str]) -> tuple[dict[str, float], float, list[str], dict[str, float]] | None:
+        """Least squares with every slope ≥ 0, exactly: the constrained optimum is the unconstrained
+        fit on the set of slopes it leaves free (the others held at 0), so with at most three slopes
+        it is the feasible subset fit with the lowest SSE (the empty one, α alone, always is).
+        Returns the slopes (held ones at 0.0), SSE, the held terms and their unconstrained values;
+        None when the unconstrained system is singular."""
+        full = solve(use)
+        if full is None:
+            return None
+        coef, sse = full
+        if all(v >= 0 for v in coef.values()):
+            return coef, sse, [], {}
+        best: tuple[dict[str, float], float] | None = None
+        for size in range(len(use) - 1, -1, -1):
+            for subset in itertools.combinations(use, size):
+                solved = solve(list(subset))
+                if solved is not None and all(v >= 0 for v in solved[0].values()) and (
+                        best is None or solved[1] < best[1]):
+                    best = solved
+        assert best is not None  # the empty subset is feasible
+        held = [t for t in use if t not in best[0]]
+        return {t: best[0].get(t, 0.0) for t in use}, best[1], held, {t: coef[t] for t in held}
+
+    linear = solve_nonnegative(terms)
     if linear is None:  # numerically singular despite the checks above: keep X alone
         singular_reason = singular_reason or "the normal equations are singular"
         dropped += [name for t, name in (("b", "batch_size"),) if t in terms]
         terms = [t for t in terms if t == "x"]
-        linear = solve(terms)
+        linear = solve_nonnegative(terms)
         if linear is None:
-            terms, linear = [], (np.zeros(0), syy)
-    slopes, sse = linear
+            terms, linear = [], ({}, syy, [], {})
+    coef, sse, held, unconstrained = linear
     quadratic = False
     tol = EXACT_FIT * syy
     if ("x" in terms and row["distinct_tokens"] >= MIN_DISTINCT_FOR_QUADRATIC
             and n - (len(terms) + 2) >= 1 and syy > 0 and sse > tol):
-        quad = solve(terms + ["q"])
-        if quad is not None:
-            q_slopes, q_sse = quad
+        quad = solve_nonnegative(terms + ["q"])
+        # a q held at 0 is the linear model again
+        if quad is not None and quad[0]["q"] > 0:
+            q_coef, q_sse, q_held, q_unconstrained = quad
             if q_sse <= tol or n * math.log(sse / q_sse) > math.log(n):
-                quadratic, slopes, sse = True, q_slopes, q_sse
+                quadratic, coef, sse, held, unconstrained = True, q_coef, q_sse, q_held, q_unconstrained
                 terms = terms + ["q"]
-    coef = dict(zip(terms, (float(s) for s in slopes)))
     bx, bb, q = coef.get("x", 0.0), coef.get("b", 0.0), coef.get("q", 0.0)
-    mean_x, mean_b, mean_y = float(row["mean_x"]), float(row["mean_b"]), float(row["mean_y"])
+    mean_x, mean_b, mean_y = mu, float(row["mean_b"]), float(row["mean_y"])
+    names = {"x": "beta_tokens", "b": "beta_batch", "q": "q"}
     fit = {
         "deployment_id": row["deployment_id"],
         "batch_bucket": row["batch_bucket"],
         "n_steps": n,
         "num_rounds": int(row["num_rounds"]),
-        "alpha": mean_y - bx * mean_x - bb * mean_b + q * (mean_x * mean_x - m2),
-        "beta_tokens": bx - 2 * q * mean_x if "x" in terms else None,
+        # T at the means is mean_y, and the mean of X² is m2 + mean_x²
+        "alpha": mean_y - bx * mean_x - bb * mean_b - q * (m2 + mean_x * mean_x),
+        "beta_tokens": bx if "x" in terms else None,
         "beta_batch": bb if "b" in terms else None,
         "q": q if quadratic else None,
         "quadratic": quadratic,
         "terms": [{"x": "tokens_verified", "b": "batch_size", "q": "tokens_verified^2"}[t] for t in terms],
         "dropped": dropped,
+        "bound": [names[t] for t in held],
+        "unconstrained": {names[t]: v for t, v in unconstrained.items()},
         "r2": 1 - sse / syy if syy > 0 else None,
         "rmse": math.sqrt(max(sse, 0.0) / n),   # an exact fit's sse can round below 0
         "observed_gamma": gammas,
@@ -295,6 +357,8 @@ def round_cost_fits(con: duckdb.DuckDBPyConnection, deployment_id: str | None = 
 
     Each dict: deployment_id, batch_bucket, n_steps, num_rounds, alpha, beta_tokens,
     beta_batch, q (null unless the quadratic term is kept), quadratic, terms, dropped,
+    bound (the slopes the non-negativity constraint held at 0: beta_tokens, beta_batch, q),
+    unconstrained {held slope: its value in the unconstrained fit of the same terms},
     r2, rmse, observed_gamma, mixed_steps, gamma_varied, singular, singular_reason,
     mean_batch_size (round-weighted), nodes_per_draft, tokens_range, batch_size_range,
     residuals {γ: mean measured − fitted step time of the steps at γ}.
