@@ -208,6 +208,36 @@ def test_cost_steps_counts_verified_tokens_and_the_proposed_gamma(tmp_path):
     assert syy == pytest.approx(sum((y - mean_y) ** 2 for y in ys))
 
 
+def test_rounds_that_proposed_nothing_are_no_speculation_length(tmp_path):
+    """An n-gram lookup without a match proposes 0: its round is plain decoding, not γ = 0.
+    Four steps of two requests (bucket 2):
+      4 drafts and none (8.0 ms)  -> γ 4, partly drafting: in the fit, not in gamma_costs
+      4 and 4 (9.0 ms)            -> γ 4: the only measured round time at 4
+      none and none (7.0 ms)      -> a plain decode step, γ 0
+      3 and 4 (8.5 ms)            -> mixed, γ null
+    The bucket ran at γ = 4 only; its X (6, 10, 2, 9) varies at one batch size, so cost
+    can be extrapolated in γ."""
+    t = Traces().deployment("spec", method="ngram", gamma=4).deployment("base", "none")
+    t.step("spec", [(4, 2), (0, 0)], 8.0)
+    t.step("spec", [(4, 4), (4, 1)], 9.0)
+    t.step("spec", [(0, 0), (0, 0)], 7.0)
+    t.step("spec", [(3, 1), (4, 0)], 8.5)
+    t.baseline("base", 2, 8.0)
+    ws = api.open_traces(t.write(tmp_path))
+    steps = ws.con.execute("select duration_ms, tokens_verified, gamma, partly_drafting from cost_steps "
+                           "order by duration_ms").fetchall()
+    costs = ws.con.execute("select gamma, steps, round_ms from gamma_costs order by gamma").fetchall()
+    model = ws.con.execute("select gammas, mixed_steps, plain_steps, partial_steps from cost_model").fetchall()
+    (fit,) = round_cost_fits(ws.con)
+    ws.close()
+    assert steps == [(7.0, 2, 0, False), (8.0, 6, 4, True), (8.5, 9, None, False), (9.0, 10, 4, False)]
+    assert costs == [(0, 1, 7.0), (4, 1, 9.0)]
+    assert model == [([4], 1, 1, 1)]
+    assert fit["observed_gamma"] == [4] and fit["n_steps"] == 4
+    assert (fit["mixed_steps"], fit["plain_steps"], fit["partial_steps"]) == (1, 1, 1)
+    assert fit["gamma_varied"] is True and fit["singular"] is False
+
+
 # --------------------------------------------------------------------------- the fit
 
 def grid_traces(root, duration, *, gammas=(1, 2, 3), batches=(70, 90, 120)):

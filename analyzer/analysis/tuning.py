@@ -72,17 +72,25 @@ observed γ list, whether γ varied, and the mean residual of the steps at each
 observed γ (measured minus fitted): a residual far from 0 says the model bends
 where the data do not.
 
-γ varied in a bucket when its uniform-γ steps show at least two lengths (0
-included), or when it has mixed steps (requests of one step proposing different
-numbers of drafts, as n-gram lookup does) and the fit is not singular. Where γ
+γ varied in a bucket when its steps ran at least two lengths (> 0), or when it
+has steps whose requests drafted different numbers (mixed steps, plain decode
+steps beside drafting ones, or steps in which some requests proposed nothing, as
+an n-gram lookup without a match does) and the fit is not singular: X then varies
+apart from B, which is what extrapolating in γ needs. Where γ
 never varied, cost can't be extrapolated: the bucket keeps its observed γ when
 its measured speedup(b) (``speedup_by_batch``) is above 1, and gets 0 otherwise,
 with a note. Only the observed γ gets a predicted speedup there.
 
 A step's γ is the number of drafts its requests *proposed*, num_draft_tokens +
-num_invalidated_tokens, when every request of the step proposed the same number
-(``cost_steps.gamma``): that is the length the config sets, and a step whose
-grammar cut some drafts still paid for drafting them. X, as docs/commands.md says,
+num_invalidated_tokens, when every request of the step that proposed any proposed
+the same number (``cost_steps.gamma``): that is the length the config sets, and a
+step whose grammar cut some drafts still paid for drafting them. A request that
+proposed nothing (no n-gram match, or speculation off) decoded plainly: it is no
+speculation length, so an ngram step of requests proposing 4 or nothing ran at
+γ = 4, and the observed γ of a bucket lists lengths > 0. Such a step verified fewer
+tokens than one at γ in which every request drafts, so its time is in the fit
+(through X) but is no measured T_round(γ) (``gamma_costs``); a step in which no
+request proposed is a plain decode step, γ = 0 in ``gamma_costs``. X, as docs/commands.md says,
 counts what was verified; so a step with grammar cuts verifies fewer tokens than
 it drafted, which the fit can't see (it bends the fit at small X in bucket 1).
 
@@ -302,7 +310,11 @@ def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]]) -> dict[s
         "rmse": math.sqrt(max(sse, 0.0) / n),   # an exact fit's sse can round below 0
         "observed_gamma": gammas,
         "mixed_steps": int(row["mixed_steps"]),
-        "gamma_varied": len(gammas) >= 2 or (row["mixed_steps"] > 0 and "x" in terms and singular_reason is None),
+        "plain_steps": int(row["plain_steps"]),
+        "partial_steps": int(row["partial_steps"]),
+        "gamma_varied": len(gammas) >= 2 or (
+            row["mixed_steps"] + row["plain_steps"] + row["partial_steps"] > 0
+            and "x" in terms and singular_reason is None),
         "singular": singular_reason is not None,
         "singular_reason": singular_reason,
         "mean_batch_size": float(row["round_mean_batch_size"]),
@@ -359,7 +371,8 @@ def round_cost_fits(con: duckdb.DuckDBPyConnection, deployment_id: str | None = 
     beta_batch, q (null unless the quadratic term is kept), quadratic, terms, dropped,
     bound (the slopes the non-negativity constraint held at 0: beta_tokens, beta_batch, q),
     unconstrained {held slope: its value in the unconstrained fit of the same terms},
-    r2, rmse, observed_gamma, mixed_steps, gamma_varied, singular, singular_reason,
+    r2, rmse, observed_gamma (lengths > 0), mixed_steps, plain_steps (no request proposed),
+    partial_steps (some requests proposed nothing), gamma_varied, singular, singular_reason,
     mean_batch_size (round-weighted), nodes_per_draft, tokens_range, batch_size_range,
     residuals {γ: mean measured − fitted step time of the steps at γ}.
     """
