@@ -496,9 +496,13 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
 
     Keys: deployment_id, method, num_speculative_tokens, baseline_id,
     num_speculative_tokens_per_batch_size ([[start, end, k], …], empty without any
-    prediction), buckets [{batch_bucket, observed_gamma, predicted_speedup {"0": 1.0,
-    "1": …}, recommended, baseline_ms_per_token, fit_r2, measured_speedup,
-    gamma_varied, round_ms {γ: ms}, round_ms_source {γ: "measured" | "fit" | null}}],
+    prediction; the last range reaches the deployment's largest batch size), buckets
+    [{batch_bucket, observed_gamma, predicted_speedup {"0": 1.0, "1": …} (where γ never
+    varied, the γ that ran has the measured speedup), speedup_source {γ: "measured" |
+    "predicted" | "plain decoding" | null}, recommended, speedup_at_k,
+    speedup_at_k_source, baseline_ms_per_token, fit_r2 (null unless the fit serves
+    some γ), fit_used, measured_speedup, gamma_varied, round_ms {γ: ms},
+    round_ms_source {γ: "measured" | "fit" | null}, why (one line: why this k)}],
     cost_fits (``round_cost_fits`` of the deployment), notes; with ``by_context``,
     by_context (``recommend_by_context``).
 
@@ -565,32 +569,47 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
         notes.append(f"No matched baseline ({baseline_note or 'none found'}): t0 is unknown, so there is no "
                      f"recommendation.")
 
-    never_varied: list[str] = []
     for fit in fits:
         bucket = fit["batch_bucket"]
-        entry, remark = _predict_bucket(fit, data["costs"].get((deployment_id, bucket), {}),
-                                        data["t0"].get((deployment_id, bucket)),
-                                        data["measured"].get((deployment_id, bucket), {}).get("speedup"),
-                                        lengths, max_gamma)
-        doc["buckets"].append(entry)
-        if remark:
-            never_varied.append(remark)
-    if never_varied:
-        notes.append(_never_varied_note(never_varied))
-    doc["num_speculative_tokens_per_batch_size"] = _ranges(doc, fits, data, notes)
+        doc["buckets"].append(_predict_bucket(fit, data["costs"].get((deployment_id, bucket), {}),
+                                              data["t0"].get((deployment_id, bucket)),
+                                              data["measured"].get((deployment_id, bucket), {}).get("speedup"),
+                                              lengths, max_gamma))
+    # the largest batch size any of its steps ran at, prefilling or not: the ranges cover it
+    largest = con.execute("select max(max_batch_size) from round_cells where deployment_id = ? and has_step",
+                          [deployment_id]).fetchone()[0]
+    doc["num_speculative_tokens_per_batch_size"] = _ranges(doc, fits, data, notes, largest)
     if by_context:
-        doc["by_context"] = recommend_by_context(con, doc, fits, data)
+        doc["by_context"] = recommend_by_context(con, doc, fits, data, largest)
     return doc
 
 
+SLOPE_UNITS = {"beta_tokens": ("β_tokens", "ms/token"), "beta_batch": ("β_batch", "ms/request"),
+               "q": ("q", "ms/token²")}
+
+
+def bound_text(fit: dict[str, Any]) -> str | None:
+    """What the non-negativity constraint held in ``fit``, in words; None when nothing."""
+    if not fit.get("bound"):
+        return None
+    return "; ".join(f"{SLOPE_UNITS[b][0]} held at 0 (the unconstrained fit gave "
+                     f"{fit['unconstrained'][b]:.3g} {SLOPE_UNITS[b][1]})" for b in fit["bound"])
+
+
 def _predict_bucket(fit: dict[str, Any], costs: dict[int, dict], t0: float | None, measured: float | None,
-                    lengths: dict[int, float | None], max_gamma: int) -> tuple[dict[str, Any], str | None]:
-    """One batch bucket's predicted speedup per γ and its recommended k, and, where γ never
-    varied, the remark that says why k is the observed γ or 0."""
-    bucket = fit["batch_bucket"]
+                    lengths: dict[int, float | None], max_gamma: int) -> dict[str, Any]:
+    """One batch bucket's speedup per γ, its recommended k, and why.
+
+    Where γ never varied, the one γ that ran gets its measured speedup (the bucket's,
+    from speedup_by_batch), not t0 · E[L](γ) / T_round(γ): E[L] pooled over every
+    bucket is not this bucket's tokens per round, and the two would disagree about
+    the γ that was measured. The fit's R² is given only where the fit serves some γ."""
     times: dict[str, float | None] = {}
     sources: dict[str, str | None] = {}
     predicted: dict[str, float | None] = {"0": 1.0}
+    speedup_source: dict[str, str | None] = {"0": "plain decoding"}
+    observed = fit["observed_gamma"]
+    kept = min(observed[0], max_gamma) if not fit["gamma_varied"] and len(observed) == 1 else None
     for g in range(1, max_gamma + 1):
         if fit["gamma_varied"]:
             ms, source = _round_time(fit, costs, g)
@@ -598,46 +617,70 @@ def _predict_bucket(fit: dict[str, Any], costs: dict[int, dict], t0: float | Non
             ms, source = _round_time(fit, costs, g, measured_only=True)
         times[str(g)], sources[str(g)] = ms, source
         e = lengths[g]
-        predicted[str(g)] = t0 * e / ms if None not in (t0, e, ms) else None
+        if g == kept and measured is not None:
+            predicted[str(g)], speedup_source[str(g)] = measured, "measured"
+        else:
+            predicted[str(g)] = t0 * e / ms if None not in (t0, e, ms) else None
+            speedup_source[str(g)] = "predicted" if predicted[str(g)] is not None else None
+    # the lengths whose prediction rests on the fit: only there is its R² worth showing
+    fitted = [g for g in range(1, max_gamma + 1) if sources[str(g)] == "fit" and predicted[str(g)] is not None]
+    fit_note = None
+    if fitted:
+        fit_note = f"γ = {', '.join(map(str, fitted))} from the round-cost fit"
+        held = bound_text(fit)
+        if held:
+            fit_note += f"; {held}"
     recommended: int | None = None
-    remark = None
-    if t0 is not None:
-        observed = fit["observed_gamma"]
-        if fit["gamma_varied"]:
-            best_gamma, best = 0, 1.0
-            for g in range(1, max_gamma + 1):
-                value = predicted[str(g)]
-                if value is not None and value > best:
-                    best_gamma, best = g, value
-            recommended = best_gamma
-        elif len(observed) == 1 and measured is not None:
-            g = min(observed[0], max_gamma)
-            recommended = g if measured > 1 else 0
-            keep = (f"keeps γ = {g} because its measured speedup {_fmt(measured)} > 1" if measured > 1
-                    else f"gets 0 because its measured speedup {_fmt(measured)} ≤ 1")
-            remark = f"{bucket} (only γ = {observed[0]} observed; {keep})"
+    at_k_source: str | None = None
+    if t0 is None:
+        why = "the baseline has no t0 here: no prediction"
+    elif fit["gamma_varied"]:
+        best_gamma, best = 0, 1.0
+        for g in range(1, max_gamma + 1):
+            value = predicted[str(g)]
+            if value is not None and value > best:
+                best_gamma, best = g, value
+        recommended = best_gamma
+        why = (f"largest predicted speedup (γ = 0–{max_gamma})" if best_gamma
+               else "no γ > 0 is predicted above 1")
+        at_k_source = "predicted" if best_gamma else "plain decoding"
+    elif not observed:
+        recommended, at_k_source = 0, "plain decoding"
+        why = "no step drafted here (plain decode steps only): nothing to keep"
+    elif kept is not None and measured is not None:
+        recommended = kept if measured > 1 else 0
+        at_k_source = "measured" if measured > 1 else "plain decoding"
+        why = (f"only γ = {observed[0]} ran, so round cost can't be extrapolated: its measured speedup "
+               + (f"{_fmt(measured)} > 1 keeps it" if measured > 1 else f"{_fmt(measured)} ≤ 1 turns it off"))
+    else:
+        why = f"only γ = {observed[0]} ran here and its measured speedup is unknown: no prediction"
+    if fit_note:
+        why += f"; {fit_note}"
+    at_k = predicted.get(str(recommended)) if recommended is not None else None
     return {
-        "batch_bucket": bucket,
-        "observed_gamma": fit["observed_gamma"],
+        "batch_bucket": fit["batch_bucket"],
+        "observed_gamma": observed,
         "predicted_speedup": predicted,
+        "speedup_source": speedup_source,
         "recommended": recommended,
+        "speedup_at_k": at_k,
+        "speedup_at_k_source": at_k_source if at_k is not None else None,
         "baseline_ms_per_token": t0,
-        "fit_r2": fit["r2"],
+        "fit_r2": fit["r2"] if fitted else None,
+        "fit_used": bool(fitted),
         "measured_speedup": measured,
         "gamma_varied": fit["gamma_varied"],
         "round_ms": times,
         "round_ms_source": sources,
-    }, remark
+        "why": why,
+    }
 
 
-def _never_varied_note(remarks: list[str]) -> str:
-    return ("γ never varied in these buckets, so round cost can't be extrapolated to other lengths; "
-            "each keeps its observed γ when its measured speedup is above 1 and gets 0 otherwise: "
-            + "; ".join(remarks) + ".")
-
-
-def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str]) -> list[list[int]]:
-    """vLLM's inclusive [start, end, k] ranges from 1 to the largest observed bucket, gaps filled."""
+def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str],
+            largest: int | None = None) -> list[list[int]]:
+    """vLLM's inclusive [start, end, k] ranges from 1 to the largest observed bucket, gaps filled,
+    and the last one extended to ``largest``, the deployment's largest batch size, when its steps
+    ran beyond (in prefill steps, say, which the fit leaves out), with a note."""
     by_bucket = {b["batch_bucket"]: b for b in doc["buckets"]}
     observed = [f["batch_bucket"] for f in fits]
     last = max(BUCKETS.index(b) for b in observed)
@@ -676,13 +719,18 @@ def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str])
     if filled:
         notes.append("Buckets without a prediction take the k of the nearest lower bucket that has one "
                      "(below the lowest predicted bucket, its k), as vLLM treats gaps: " + ", ".join(filled) + ".")
+    if largest is not None and largest > ranges[-1][1]:
+        notes.append(f"The deployment ran at batch sizes up to {largest}, beyond its last bucket with decode-only "
+                     f"steps ({BUCKETS[last]}, to {ranges[-1][1]}): the last range's k = {ranges[-1][2]} is "
+                     f"extended to {largest}, without a prediction there.")
+        ranges[-1][1] = largest
     return ranges
 
 
 # --------------------------------------------------------------------------- by context length
 
 def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fits: list[dict[str, Any]],
-                         data: dict[str, Any]) -> list[dict[str, Any]]:
+                         data: dict[str, Any], largest: int | None = None) -> list[dict[str, Any]]:
     """The recommendation repeated within each context bucket of ``doc``'s deployment.
 
     Per context bucket c (in bucket order), for each batch bucket b where the deployment
@@ -692,7 +740,8 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
     fit has at least MIN_CONTEXT_FIT_STEPS steps, else from b's fit over every context,
     with a note; t0 matched on (b, c) where the baseline ran there, else on b
     (``speedup_by_batch_context``, as the context curve matches it). Then the same
-    choice of k and the same vLLM ranges as the overall recommendation.
+    choice of k and the same vLLM ranges as the overall recommendation, covering the
+    deployment's batch sizes up to ``largest``.
 
     Each entry: context_bucket, num_rounds (decode-only rounds in c), share_of_rounds,
     dominant (the bucket with the most of them), ranges ([[start, end, k], …]),
@@ -730,7 +779,7 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
         lengths = {g: expected_length(conditionals.get(context, []), g) for g in range(max_gamma + 1)}
         entry = {"context_bucket": context, "buckets": [], "notes": []}
         notes: list[str] = entry["notes"]
-        used_fits, never_varied, borrowed, batch_t0 = [], [], [], []
+        used_fits, borrowed, batch_t0 = [], [], []
         for batch_bucket, cell in by_batch.items():
             own = context_fits[context].get(batch_bucket)
             if own is not None and own["n_steps"] >= MIN_CONTEXT_FIT_STEPS:
@@ -743,13 +792,11 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
                 continue
             if cell["t0_match"] == "batch":
                 batch_t0.append(batch_bucket)
-            bucket, remark = _predict_bucket(fit, costs, cell["t0_ms"], cell["speedup"], lengths, max_gamma)
+            bucket = _predict_bucket(fit, costs, cell["t0_ms"], cell["speedup"], lengths, max_gamma)
             bucket["cost_fit"], bucket["t0_match"] = source, cell["t0_match"]
             bucket["num_rounds"] = int(cell["num_rounds"])
             entry["buckets"].append(bucket)
             used_fits.append(fit)
-            if remark:
-                never_varied.append(remark)
         if borrowed:
             notes.append(f"Fewer than {MIN_CONTEXT_FIT_STEPS} decode steps at context {context} in batch "
                          f"{', '.join(borrowed)}: round cost there comes from the batch bucket's fit over every "
@@ -757,14 +804,12 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
         if batch_t0:
             notes.append(f"The baseline has no rounds at context {context} in batch {', '.join(batch_t0)}: "
                          "t0 there is the batch bucket's over every context.")
-        if never_varied:
-            notes.append(_never_varied_note(never_varied))
         unknown = [g for g, e in lengths.items() if e is None]
         if unknown:
             notes.append(f"E[L](γ) at context {context} is unknown for γ ≥ {unknown[0]}: no round there "
                          f"reached position {unknown[0]}.")
-        ranges = (_ranges({"buckets": entry["buckets"], "baseline_id": doc["baseline_id"]}, used_fits, data, notes)
-                  if used_fits else [])
+        ranges = (_ranges({"buckets": entry["buckets"], "baseline_id": doc["baseline_id"]}, used_fits, data, notes,
+                          largest) if used_fits else [])
         rounds = sum(int(cell["num_rounds"]) for cell in by_batch.values())
         differs = [{"batch_bucket": b["batch_bucket"], "k": b["recommended"],
                     "overall_k": overall_k.get(b["batch_bucket"]), "num_rounds": b["num_rounds"]}
