@@ -58,7 +58,12 @@ def test_cheap_drafts_recommend_gamma_4(tmp_path):
     assert b["recommended"] == 4
     assert b["observed_gamma"] == list(range(1, 9))
     assert b["baseline_ms_per_token"] == pytest.approx(10.0)
-    assert b["fit_r2"] == pytest.approx(1.0, abs=1e-12)
+    # every γ was measured, so the fit serves none and its R² is not shown with the prediction
+    assert b["fit_used"] is False and b["fit_r2"] is None
+    assert doc["cost_fits"][0]["r2"] == pytest.approx(1.0, abs=1e-12)
+    assert b["speedup_at_k"] == pytest.approx(10 * closed_form_length(4) / cheap(4), rel=1e-12)
+    assert b["speedup_at_k_source"] == "predicted"
+    assert b["why"] == "largest predicted speedup (γ = 0–8)"
     assert doc["num_speculative_tokens_per_batch_size"] == [[1, 1, 4]]
     assert doc["baseline_id"] == "base"
     assert not any("Dynamic SD" in n for n in doc["notes"])  # eagle is a tested method
@@ -116,13 +121,60 @@ def test_gamma_never_varied_keeps_it_where_it_pays_and_turns_it_off_elsewhere(tm
     assert high["measured_speedup"] == pytest.approx(20 * 3.3616 / 100)
     assert (low["recommended"], high["recommended"]) == (4, 0)
     assert low["gamma_varied"] is False and low["observed_gamma"] == [4]
-    # no extrapolation: only the observed γ gets a prediction
+    # no extrapolation: only the observed γ has a speedup, and it is the measured one
     assert low["predicted_speedup"] == {"0": 1.0, "1": None, "2": None, "3": None,
-                                        "4": pytest.approx(10 * 3.3616 / 14.4)}
-    (note,) = [n for n in doc["notes"] if "never varied" in n]
-    assert "1 (only γ = 4 observed; keeps γ = 4 because its measured speedup 2.334 > 1)" in note
-    assert "65-128 (only γ = 4 observed; gets 0 because its measured speedup 0.672 ≤ 1)" in note
+                                        "4": low["measured_speedup"]}
+    assert low["speedup_source"] == {"0": "plain decoding", "1": None, "2": None, "3": None, "4": "measured"}
+    assert (low["speedup_at_k"], low["speedup_at_k_source"]) == (low["measured_speedup"], "measured")
+    assert (high["speedup_at_k"], high["speedup_at_k_source"]) == (1.0, "plain decoding")
+    # the fit serves no γ: no R² beside the measurement
+    assert low["fit_r2"] is None and high["fit_r2"] is None
+    # one line per bucket, not one note listing every bucket
+    assert low["why"] == ("only γ = 4 ran, so round cost can't be extrapolated: its measured speedup "
+                          "2.334 > 1 keeps it")
+    assert high["why"] == ("only γ = 4 ran, so round cost can't be extrapolated: its measured speedup "
+                           "0.672 ≤ 1 turns it off")
+    assert not any("never varied" in n for n in doc["notes"])
     assert doc["num_speculative_tokens_per_batch_size"] == [[1, 64, 4], [65, 128, 0]]
+    text = render_recommend_markdown(doc)
+    assert "| 1 | 4 | 10.000 | – | 2.334 | 1.000 | – | – | – | **2.334 (measured)** | 4 |" in text
+    assert "- 65-128: only γ = 4 ran, so round cost can't be extrapolated: its measured speedup 0.672 ≤ 1" in text
+
+
+def test_the_fit_and_its_held_slope_are_shown_where_they_serve_a_length(tmp_path):
+    """γ = 1 (X = 2) takes 10.2 ms and γ = 3 (X = 4) 9.8 ms at batch size 1, every draft accepted.
+    The unconstrained fit, T = 10.6 − 0.2 X, is held at β_tokens = 0: T = α = 10.0 ms, so
+    T_round(2) = 10.0 from the fit. t0 = 10 ms and E[L](γ) = γ + 1:
+        γ = 1: 10 · 2 / 10.2 = 1.961 (measured)   γ = 2: 10 · 3 / 10.0 = 3.0 (fit)
+        γ = 3: 10 · 4 / 9.8 = 4.082 (measured)    -> k = 3, and R² = 0 (α alone) is shown."""
+    t = Traces().deployment("spec", gamma=3).deployment("base", "none")
+    for gamma, ms in ((1, 10.2), (3, 9.8)):
+        for _ in range(2):
+            t.step("spec", [(gamma, gamma)], ms)
+    t.baseline("base", 1, 10.0)
+    doc = recommend_for(t.write(tmp_path))
+    b = only_bucket(doc)
+    assert b["round_ms_source"] == {"1": "measured", "2": "fit", "3": "measured"}
+    assert b["predicted_speedup"] == {"0": 1.0, "1": pytest.approx(20 / 10.2), "2": pytest.approx(3.0),
+                                      "3": pytest.approx(40 / 9.8)}
+    assert b["recommended"] == 3 and b["fit_used"] is True and b["fit_r2"] == pytest.approx(0.0, abs=1e-12)
+    assert b["why"] == ("largest predicted speedup (γ = 0–3); γ = 2 from the round-cost fit; "
+                        "β_tokens held at 0 (the unconstrained fit gave -0.2 ms/token)")
+    text = render_recommend_markdown(doc)
+    assert "| beta_tokens (unconstrained -0.20000) |" in text
+
+
+def test_the_ranges_reach_the_largest_batch_size_the_deployment_ran(tmp_path):
+    """Decode-only steps at batch size 1 only (the cheap sweep, k = 4); one prefill step of 300
+    requests, which the fit leaves out: the last range is extended from 1 to 300, with a note."""
+    t = Traces().deployment("spec").deployment("base", "none")
+    t.regime("spec", pooled_block(), 1, cheap).baseline("base", 1, 10.0)
+    t.step("spec", [(0, 0)] * 300, 80.0, prefill=4096)
+    doc = recommend_for(t.write(tmp_path))
+    assert [b["batch_bucket"] for b in doc["buckets"]] == ["1"]
+    assert doc["num_speculative_tokens_per_batch_size"] == [[1, 300, 4]]
+    assert ("The deployment ran at batch sizes up to 300, beyond its last bucket with decode-only steps "
+            "(1, to 1): the last range's k = 4 is extended to 300, without a prediction there.") in doc["notes"]
 
 
 def test_no_k_exceeds_num_speculative_tokens(tmp_path):

@@ -208,6 +208,36 @@ def test_cost_steps_counts_verified_tokens_and_the_proposed_gamma(tmp_path):
     assert syy == pytest.approx(sum((y - mean_y) ** 2 for y in ys))
 
 
+def test_rounds_that_proposed_nothing_are_no_speculation_length(tmp_path):
+    """An n-gram lookup without a match proposes 0: its round is plain decoding, not γ = 0.
+    Four steps of two requests (bucket 2):
+      4 drafts and none (8.0 ms)  -> γ 4, partly drafting: in the fit, not in gamma_costs
+      4 and 4 (9.0 ms)            -> γ 4: the only measured round time at 4
+      none and none (7.0 ms)      -> a plain decode step, γ 0
+      3 and 4 (8.5 ms)            -> mixed, γ null
+    The bucket ran at γ = 4 only; its X (6, 10, 2, 9) varies at one batch size, so cost
+    can be extrapolated in γ."""
+    t = Traces().deployment("spec", method="ngram", gamma=4).deployment("base", "none")
+    t.step("spec", [(4, 2), (0, 0)], 8.0)
+    t.step("spec", [(4, 4), (4, 1)], 9.0)
+    t.step("spec", [(0, 0), (0, 0)], 7.0)
+    t.step("spec", [(3, 1), (4, 0)], 8.5)
+    t.baseline("base", 2, 8.0)
+    ws = api.open_traces(t.write(tmp_path))
+    steps = ws.con.execute("select duration_ms, tokens_verified, gamma, partly_drafting from cost_steps "
+                           "order by duration_ms").fetchall()
+    costs = ws.con.execute("select gamma, steps, round_ms from gamma_costs order by gamma").fetchall()
+    model = ws.con.execute("select gammas, mixed_steps, plain_steps, partial_steps from cost_model").fetchall()
+    (fit,) = round_cost_fits(ws.con)
+    ws.close()
+    assert steps == [(7.0, 2, 0, False), (8.0, 6, 4, True), (8.5, 9, None, False), (9.0, 10, 4, False)]
+    assert costs == [(0, 1, 7.0), (4, 1, 9.0)]
+    assert model == [([4], 1, 1, 1)]
+    assert fit["observed_gamma"] == [4] and fit["n_steps"] == 4
+    assert (fit["mixed_steps"], fit["plain_steps"], fit["partial_steps"]) == (1, 1, 1)
+    assert fit["gamma_varied"] is True and fit["singular"] is False
+
+
 # --------------------------------------------------------------------------- the fit
 
 def grid_traces(root, duration, *, gammas=(1, 2, 3), batches=(70, 90, 120)):
@@ -351,3 +381,54 @@ def test_marginal_returns_use_the_fit_where_a_length_was_not_measured(tmp_path):
     # every draft was accepted: a_i = 1, E(i) = i + 1, and every position pays
     assert [p["pays"] for p in res["positions"]] == [True, True, True]
     assert math.isclose(pos[3]["marginal_gain"], 1.0)
+
+
+# --------------------------------------------------------------------------- the non-negative fit
+
+def test_a_negative_cost_per_token_is_held_at_0(tmp_path):
+    """Batch size 1, γ = 1, 2, 3 (X = 2, 3, 4) taking 10.2, 10.0, 9.8 ms: the unconstrained fit
+    is T = 10.6 − 0.2 X, a step that verifies more tokens taking less time. Held at β_tokens ≥ 0
+    the best fit is α alone: α = mean T = 10.0, SSE = SST = 0.04 + 0 + 0.04, so R² = 0 and
+    RMSE = √(0.08 / 3). Too few distinct X (3 < 4) for the quadratic term."""
+    t = Traces().deployment("spec", gamma=3).deployment("base", "none")
+    for gamma, ms in ((1, 10.2), (2, 10.0), (3, 9.8)):
+        t.step("spec", [(gamma, gamma)], ms)
+    t.baseline("base", 1, 10.0)
+    (fit,) = fits_of(t.write(tmp_path))
+    assert fit["bound"] == ["beta_tokens"]
+    assert fit["unconstrained"] == {"beta_tokens": pytest.approx(-0.2, rel=1e-9)}
+    assert fit["beta_tokens"] == 0.0 and fit["alpha"] == pytest.approx(10.0, rel=1e-12)
+    assert fit["quadratic"] is False and fit["q"] is None
+    assert fit["r2"] == pytest.approx(0.0, abs=1e-12)
+    assert fit["rmse"] == pytest.approx(math.sqrt(0.08 / 3), rel=1e-9)
+    assert fit["residuals"] == {"1": pytest.approx(0.2), "2": pytest.approx(0.0, abs=1e-9),
+                                "3": pytest.approx(-0.2)}
+
+
+def test_a_negative_cost_per_request_is_held_at_0_and_tokens_refitted(tmp_path):
+    """T = 3 + 0.05 X − 0.1 B exactly on the grid γ = 1, 2, 3 × B = 70, 90, 120 (X = B(γ + 1)).
+    The unconstrained fit recovers β_batch = −0.1; held at 0, T is fitted on X alone, by hand:
+
+        X: 140 180 240 | 210 270 360 | 280 360 480      mean 2520 / 9 = 280
+        T:   3   3   3 | 6.5 7.5   9 |  10  12  15      mean 69 / 9 = 23/3
+        Sxx = Σ(X − 280)² = 89,000;  Sxy = 3,310;  Syy = 675.5 − 529 = 146.5
+        β_tokens = 3,310 / 89,000 = 0.0371910;  α = 23/3 − 280 · β_tokens = −2.74682
+        R² = Sxy² / (Sxx · Syy) = 10,956,100 / 13,038,500 = 0.840288
+
+    α stays unconstrained: it is the time at X = B = 0, far outside the bucket, and the fit is
+    positive wherever steps ran (at X = 140: −2.747 + 5.207 = 2.46 ms)."""
+    (fit,) = fits_of(grid_traces(tmp_path, lambda x, b: 3.0 + 0.05 * x - 0.1 * b))
+    assert fit["bound"] == ["beta_batch"]
+    assert fit["unconstrained"] == {"beta_batch": pytest.approx(-0.1, rel=1e-9)}
+    assert fit["beta_batch"] == 0.0 and fit["terms"] == ["tokens_verified", "batch_size"]
+    assert fit["beta_tokens"] == pytest.approx(3310 / 89000, rel=1e-12)
+    assert fit["alpha"] == pytest.approx(23 / 3 - 280 * 3310 / 89000, rel=1e-12)
+    assert fit["r2"] == pytest.approx(3310 ** 2 / (89000 * 146.5), rel=1e-12)
+    # with β_batch held, the quadratic in X has q = −2.8e-6 < 0 (numpy's lstsq on the 9 points): held at
+    # 0 it is the linear fit again, so it is not kept
+    assert fit["quadratic"] is False
+
+
+def test_no_constraint_binds_on_a_physical_model(tmp_path):
+    (fit,) = fits_of(grid_traces(tmp_path, lambda x, b: 3.0 + 0.05 * x + 0.2 * b))
+    assert fit["bound"] == [] and fit["unconstrained"] == {}

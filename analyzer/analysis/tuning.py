@@ -35,7 +35,23 @@ ordinary least squares of the step's duration T on X = tokens verified,
 
 The SQL view ``cost_model`` holds the sums of the normal equations, centred on
 the bucket means (Σx², Σxb, Σb², Σx³, Σx⁴, Σx²b, Σy², Σxy, Σby, Σx²y) so they
-stay well conditioned; numpy solves the small system. A regressor that never
+stay well conditioned; numpy solves the small system.
+
+The slopes are constrained: β_tokens ≥ 0, β_batch ≥ 0 and q ≥ 0, since no GPU
+verifies a token, or serves one more request, in negative time (and with q ≥ 0,
+β_tokens ≥ 0 makes the cost rise with X everywhere). This is non-negative least
+squares, solved exactly from the sums: the constrained optimum is the
+unconstrained fit on the slopes it leaves free, the others held at 0, so with at
+most three slopes the fit tries every subset and keeps the feasible one with the
+lowest SSE (the empty one, α alone, always is). No design matrix is needed, and
+no solver beyond numpy. The fit says which slopes a constraint held at 0
+(``bound``) and what the unconstrained fit gave them (``unconstrained``). α is
+not constrained: it is the time at X = 0 and B = 0, which no step has, and a
+bucket's fit is local (at batch 65-128, X ≥ 130), so a negative α is the
+extrapolation of a straight line that is positive wherever steps ran. A
+predicted round time that is not positive is not used (``_round_time``).
+
+A regressor that never
 varies in the bucket is dropped (B in buckets ``1`` and ``2``; its effect is in α).
 When X is (almost) proportional to B, which happens when γ never varied, the
 system is singular: B is dropped, the fit is marked ``singular`` with the
@@ -49,23 +65,32 @@ A residual sum below 1e-9 of the total sum of squares counts as an exact fit:
 an exact linear fit keeps the linear model, and an exact quadratic beats an
 inexact linear one.
 
-Reported per fit: the coefficients in the original units, R² = 1 − SSE / SST
+Reported per fit: the coefficients in the original units (a held one is 0.0), the
+held ones (bound) and their unconstrained values, R² = 1 − SSE / SST
 (null when every step took the same time), RMSE = √(SSE / n), n_steps, the
 observed γ list, whether γ varied, and the mean residual of the steps at each
 observed γ (measured minus fitted): a residual far from 0 says the model bends
 where the data do not.
 
-γ varied in a bucket when its uniform-γ steps show at least two lengths (0
-included), or when it has mixed steps (requests of one step proposing different
-numbers of drafts, as n-gram lookup does) and the fit is not singular. Where γ
+γ varied in a bucket when its steps ran at least two lengths (> 0), or when it
+has steps whose requests drafted different numbers (mixed steps, plain decode
+steps beside drafting ones, or steps in which some requests proposed nothing, as
+an n-gram lookup without a match does) and the fit is not singular: X then varies
+apart from B, which is what extrapolating in γ needs. Where γ
 never varied, cost can't be extrapolated: the bucket keeps its observed γ when
 its measured speedup(b) (``speedup_by_batch``) is above 1, and gets 0 otherwise,
 with a note. Only the observed γ gets a predicted speedup there.
 
 A step's γ is the number of drafts its requests *proposed*, num_draft_tokens +
-num_invalidated_tokens, when every request of the step proposed the same number
-(``cost_steps.gamma``): that is the length the config sets, and a step whose
-grammar cut some drafts still paid for drafting them. X, as docs/commands.md says,
+num_invalidated_tokens, when every request of the step that proposed any proposed
+the same number (``cost_steps.gamma``): that is the length the config sets, and a
+step whose grammar cut some drafts still paid for drafting them. A request that
+proposed nothing (no n-gram match, or speculation off) decoded plainly: it is no
+speculation length, so an ngram step of requests proposing 4 or nothing ran at
+γ = 4, and the observed γ of a bucket lists lengths > 0. Such a step verified fewer
+tokens than one at γ in which every request drafts, so its time is in the fit
+(through X) but is no measured T_round(γ) (``gamma_costs``); a step in which no
+request proposed is a plain decode step, γ = 0 in ``gamma_costs``. X, as docs/commands.md says,
 counts what was verified; so a step with grammar cuts verifies fewer tokens than
 it drafted, which the fit can't see (it bends the fit at small X in bucket 1).
 
@@ -79,6 +104,7 @@ predicted_speedup(1) > 1; without t0 it is the deployment's own round time at 0.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -191,56 +217,104 @@ def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]]) -> dict[s
     else:
         dropped.append("batch_size")
 
-    def solve(use: list[str]) -> tuple[np.ndarray, float] | None:
+    mu = float(row["mean_x"])
+
+    def regressor(term: str, use: list[str]) -> dict[str, float]:
+        """Term's regressor in the centred coordinates (x, b, q = x² − m2). X² centred on its own
+        mean is (x² − m2) + 2μ·x; with x among the regressors the 2μ·x part is x's, which keeps the
+        system as well conditioned as the centred sums are, and is undone in ``solve``."""
+        if term == "q" and "x" not in use:
+            return {"q": 1.0, "x": 2 * mu}
+        return {term: 1.0}
+
+    def solve(use: list[str]) -> tuple[dict[str, float], float] | None:
+        """Unconstrained least squares on the regressors ``use``: the slopes in the original
+        units (β_tokens, β_batch, q) and the residual sum of squares; None when singular."""
         if not use:
-            return np.zeros(0), syy
-        mat = np.array([[c(u, v) for v in use] for u in use])
-        vec = np.array([rhs[u] for u in use])
+            return {}, syy
+        vecs = [regressor(t, use) for t in use]
+        mat = np.array([[sum(a * w * c(i, j) for i, a in u.items() for j, w in v.items()) for v in vecs]
+                        for u in vecs])
+        vec = np.array([sum(a * rhs[i] for i, a in u.items()) for u in vecs])
         solved = _solve(mat, vec)
         if solved is None:
             return None
         slopes, _ = solved
-        return slopes, max(syy - float(slopes @ vec), 0.0)
+        coef = dict(zip(use, (float(v) for v in slopes)))
+        if "x" in coef and "q" in coef:   # T = … + s_x·x + q·(x² − m2) = … + (s_x − 2μq)·X + q·X² + const
+            coef["x"] -= 2 * mu * coef["q"]
+        return coef, max(syy - float(slopes @ vec), 0.0)
 
-    linear = solve(terms)
+    def solve_nonnegative(use: list[str]) -> tuple[dict[str, float], float, list[str], dict[str, float]] | None:
+        """Least squares with every slope ≥ 0, exactly: the constrained optimum is the unconstrained
+        fit on the set of slopes it leaves free (the others held at 0), so with at most three slopes
+        it is the feasible subset fit with the lowest SSE (the empty one, α alone, always is).
+        Returns the slopes (held ones at 0.0), SSE, the held terms and their unconstrained values;
+        None when the unconstrained system is singular."""
+        full = solve(use)
+        if full is None:
+            return None
+        coef, sse = full
+        if all(v >= 0 for v in coef.values()):
+            return coef, sse, [], {}
+        best: tuple[dict[str, float], float] | None = None
+        for size in range(len(use) - 1, -1, -1):
+            for subset in itertools.combinations(use, size):
+                solved = solve(list(subset))
+                if solved is not None and all(v >= 0 for v in solved[0].values()) and (
+                        best is None or solved[1] < best[1]):
+                    best = solved
+        assert best is not None  # the empty subset is feasible
+        held = [t for t in use if t not in best[0]]
+        return {t: best[0].get(t, 0.0) for t in use}, best[1], held, {t: coef[t] for t in held}
+
+    linear = solve_nonnegative(terms)
     if linear is None:  # numerically singular despite the checks above: keep X alone
         singular_reason = singular_reason or "the normal equations are singular"
         dropped += [name for t, name in (("b", "batch_size"),) if t in terms]
         terms = [t for t in terms if t == "x"]
-        linear = solve(terms)
+        linear = solve_nonnegative(terms)
         if linear is None:
-            terms, linear = [], (np.zeros(0), syy)
-    slopes, sse = linear
+            terms, linear = [], ({}, syy, [], {})
+    coef, sse, held, unconstrained = linear
     quadratic = False
     tol = EXACT_FIT * syy
     if ("x" in terms and row["distinct_tokens"] >= MIN_DISTINCT_FOR_QUADRATIC
             and n - (len(terms) + 2) >= 1 and syy > 0 and sse > tol):
-        quad = solve(terms + ["q"])
-        if quad is not None:
-            q_slopes, q_sse = quad
+        quad = solve_nonnegative(terms + ["q"])
+        # a q held at 0 is the linear model again
+        if quad is not None and quad[0]["q"] > 0:
+            q_coef, q_sse, q_held, q_unconstrained = quad
             if q_sse <= tol or n * math.log(sse / q_sse) > math.log(n):
-                quadratic, slopes, sse = True, q_slopes, q_sse
+                quadratic, coef, sse, held, unconstrained = True, q_coef, q_sse, q_held, q_unconstrained
                 terms = terms + ["q"]
-    coef = dict(zip(terms, (float(s) for s in slopes)))
     bx, bb, q = coef.get("x", 0.0), coef.get("b", 0.0), coef.get("q", 0.0)
-    mean_x, mean_b, mean_y = float(row["mean_x"]), float(row["mean_b"]), float(row["mean_y"])
+    mean_x, mean_b, mean_y = mu, float(row["mean_b"]), float(row["mean_y"])
+    names = {"x": "beta_tokens", "b": "beta_batch", "q": "q"}
     fit = {
         "deployment_id": row["deployment_id"],
         "batch_bucket": row["batch_bucket"],
         "n_steps": n,
         "num_rounds": int(row["num_rounds"]),
-        "alpha": mean_y - bx * mean_x - bb * mean_b + q * (mean_x * mean_x - m2),
-        "beta_tokens": bx - 2 * q * mean_x if "x" in terms else None,
+        # T at the means is mean_y, and the mean of X² is m2 + mean_x²
+        "alpha": mean_y - bx * mean_x - bb * mean_b - q * (m2 + mean_x * mean_x),
+        "beta_tokens": bx if "x" in terms else None,
         "beta_batch": bb if "b" in terms else None,
         "q": q if quadratic else None,
         "quadratic": quadratic,
         "terms": [{"x": "tokens_verified", "b": "batch_size", "q": "tokens_verified^2"}[t] for t in terms],
         "dropped": dropped,
+        "bound": [names[t] for t in held],
+        "unconstrained": {names[t]: v for t, v in unconstrained.items()},
         "r2": 1 - sse / syy if syy > 0 else None,
         "rmse": math.sqrt(max(sse, 0.0) / n),   # an exact fit's sse can round below 0
         "observed_gamma": gammas,
         "mixed_steps": int(row["mixed_steps"]),
-        "gamma_varied": len(gammas) >= 2 or (row["mixed_steps"] > 0 and "x" in terms and singular_reason is None),
+        "plain_steps": int(row["plain_steps"]),
+        "partial_steps": int(row["partial_steps"]),
+        "gamma_varied": len(gammas) >= 2 or (
+            row["mixed_steps"] + row["plain_steps"] + row["partial_steps"] > 0
+            and "x" in terms and singular_reason is None),
         "singular": singular_reason is not None,
         "singular_reason": singular_reason,
         "mean_batch_size": float(row["round_mean_batch_size"]),
@@ -295,7 +369,10 @@ def round_cost_fits(con: duckdb.DuckDBPyConnection, deployment_id: str | None = 
 
     Each dict: deployment_id, batch_bucket, n_steps, num_rounds, alpha, beta_tokens,
     beta_batch, q (null unless the quadratic term is kept), quadratic, terms, dropped,
-    r2, rmse, observed_gamma, mixed_steps, gamma_varied, singular, singular_reason,
+    bound (the slopes the non-negativity constraint held at 0: beta_tokens, beta_batch, q),
+    unconstrained {held slope: its value in the unconstrained fit of the same terms},
+    r2, rmse, observed_gamma (lengths > 0), mixed_steps, plain_steps (no request proposed),
+    partial_steps (some requests proposed nothing), gamma_varied, singular, singular_reason,
     mean_batch_size (round-weighted), nodes_per_draft, tokens_range, batch_size_range,
     residuals {γ: mean measured − fitted step time of the steps at γ}.
     """
@@ -419,9 +496,13 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
 
     Keys: deployment_id, method, num_speculative_tokens, baseline_id,
     num_speculative_tokens_per_batch_size ([[start, end, k], …], empty without any
-    prediction), buckets [{batch_bucket, observed_gamma, predicted_speedup {"0": 1.0,
-    "1": …}, recommended, baseline_ms_per_token, fit_r2, measured_speedup,
-    gamma_varied, round_ms {γ: ms}, round_ms_source {γ: "measured" | "fit" | null}}],
+    prediction; the last range reaches the deployment's largest batch size), buckets
+    [{batch_bucket, observed_gamma, predicted_speedup {"0": 1.0, "1": …} (where γ never
+    varied, the γ that ran has the measured speedup), speedup_source {γ: "measured" |
+    "predicted" | "plain decoding" | null}, recommended, speedup_at_k,
+    speedup_at_k_source, baseline_ms_per_token, fit_r2 (null unless the fit serves
+    some γ), fit_used, measured_speedup, gamma_varied, round_ms {γ: ms},
+    round_ms_source {γ: "measured" | "fit" | null}, why (one line: why this k)}],
     cost_fits (``round_cost_fits`` of the deployment), notes; with ``by_context``,
     by_context (``recommend_by_context``).
 
@@ -488,32 +569,47 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
         notes.append(f"No matched baseline ({baseline_note or 'none found'}): t0 is unknown, so there is no "
                      f"recommendation.")
 
-    never_varied: list[str] = []
     for fit in fits:
         bucket = fit["batch_bucket"]
-        entry, remark = _predict_bucket(fit, data["costs"].get((deployment_id, bucket), {}),
-                                        data["t0"].get((deployment_id, bucket)),
-                                        data["measured"].get((deployment_id, bucket), {}).get("speedup"),
-                                        lengths, max_gamma)
-        doc["buckets"].append(entry)
-        if remark:
-            never_varied.append(remark)
-    if never_varied:
-        notes.append(_never_varied_note(never_varied))
-    doc["num_speculative_tokens_per_batch_size"] = _ranges(doc, fits, data, notes)
+        doc["buckets"].append(_predict_bucket(fit, data["costs"].get((deployment_id, bucket), {}),
+                                              data["t0"].get((deployment_id, bucket)),
+                                              data["measured"].get((deployment_id, bucket), {}).get("speedup"),
+                                              lengths, max_gamma))
+    # the largest batch size any of its steps ran at, prefilling or not: the ranges cover it
+    largest = con.execute("select max(max_batch_size) from round_cells where deployment_id = ? and has_step",
+                          [deployment_id]).fetchone()[0]
+    doc["num_speculative_tokens_per_batch_size"] = _ranges(doc, fits, data, notes, largest)
     if by_context:
-        doc["by_context"] = recommend_by_context(con, doc, fits, data)
+        doc["by_context"] = recommend_by_context(con, doc, fits, data, largest)
     return doc
 
 
+SLOPE_UNITS = {"beta_tokens": ("β_tokens", "ms/token"), "beta_batch": ("β_batch", "ms/request"),
+               "q": ("q", "ms/token²")}
+
+
+def bound_text(fit: dict[str, Any]) -> str | None:
+    """What the non-negativity constraint held in ``fit``, in words; None when nothing."""
+    if not fit.get("bound"):
+        return None
+    return "; ".join(f"{SLOPE_UNITS[b][0]} held at 0 (the unconstrained fit gave "
+                     f"{fit['unconstrained'][b]:.3g} {SLOPE_UNITS[b][1]})" for b in fit["bound"])
+
+
 def _predict_bucket(fit: dict[str, Any], costs: dict[int, dict], t0: float | None, measured: float | None,
-                    lengths: dict[int, float | None], max_gamma: int) -> tuple[dict[str, Any], str | None]:
-    """One batch bucket's predicted speedup per γ and its recommended k, and, where γ never
-    varied, the remark that says why k is the observed γ or 0."""
-    bucket = fit["batch_bucket"]
+                    lengths: dict[int, float | None], max_gamma: int) -> dict[str, Any]:
+    """One batch bucket's speedup per γ, its recommended k, and why.
+
+    Where γ never varied, the one γ that ran gets its measured speedup (the bucket's,
+    from speedup_by_batch), not t0 · E[L](γ) / T_round(γ): E[L] pooled over every
+    bucket is not this bucket's tokens per round, and the two would disagree about
+    the γ that was measured. The fit's R² is given only where the fit serves some γ."""
     times: dict[str, float | None] = {}
     sources: dict[str, str | None] = {}
     predicted: dict[str, float | None] = {"0": 1.0}
+    speedup_source: dict[str, str | None] = {"0": "plain decoding"}
+    observed = fit["observed_gamma"]
+    kept = min(observed[0], max_gamma) if not fit["gamma_varied"] and len(observed) == 1 else None
     for g in range(1, max_gamma + 1):
         if fit["gamma_varied"]:
             ms, source = _round_time(fit, costs, g)
@@ -521,46 +617,70 @@ def _predict_bucket(fit: dict[str, Any], costs: dict[int, dict], t0: float | Non
             ms, source = _round_time(fit, costs, g, measured_only=True)
         times[str(g)], sources[str(g)] = ms, source
         e = lengths[g]
-        predicted[str(g)] = t0 * e / ms if None not in (t0, e, ms) else None
+        if g == kept and measured is not None:
+            predicted[str(g)], speedup_source[str(g)] = measured, "measured"
+        else:
+            predicted[str(g)] = t0 * e / ms if None not in (t0, e, ms) else None
+            speedup_source[str(g)] = "predicted" if predicted[str(g)] is not None else None
+    # the lengths whose prediction rests on the fit: only there is its R² worth showing
+    fitted = [g for g in range(1, max_gamma + 1) if sources[str(g)] == "fit" and predicted[str(g)] is not None]
+    fit_note = None
+    if fitted:
+        fit_note = f"γ = {', '.join(map(str, fitted))} from the round-cost fit"
+        held = bound_text(fit)
+        if held:
+            fit_note += f"; {held}"
     recommended: int | None = None
-    remark = None
-    if t0 is not None:
-        observed = fit["observed_gamma"]
-        if fit["gamma_varied"]:
-            best_gamma, best = 0, 1.0
-            for g in range(1, max_gamma + 1):
-                value = predicted[str(g)]
-                if value is not None and value > best:
-                    best_gamma, best = g, value
-            recommended = best_gamma
-        elif len(observed) == 1 and measured is not None:
-            g = min(observed[0], max_gamma)
-            recommended = g if measured > 1 else 0
-            keep = (f"keeps γ = {g} because its measured speedup {_fmt(measured)} > 1" if measured > 1
-                    else f"gets 0 because its measured speedup {_fmt(measured)} ≤ 1")
-            remark = f"{bucket} (only γ = {observed[0]} observed; {keep})"
+    at_k_source: str | None = None
+    if t0 is None:
+        why = "the baseline has no t0 here: no prediction"
+    elif fit["gamma_varied"]:
+        best_gamma, best = 0, 1.0
+        for g in range(1, max_gamma + 1):
+            value = predicted[str(g)]
+            if value is not None and value > best:
+                best_gamma, best = g, value
+        recommended = best_gamma
+        why = (f"largest predicted speedup (γ = 0–{max_gamma})" if best_gamma
+               else "no γ > 0 is predicted above 1")
+        at_k_source = "predicted" if best_gamma else "plain decoding"
+    elif not observed:
+        recommended, at_k_source = 0, "plain decoding"
+        why = "no step drafted here (plain decode steps only): nothing to keep"
+    elif kept is not None and measured is not None:
+        recommended = kept if measured > 1 else 0
+        at_k_source = "measured" if measured > 1 else "plain decoding"
+        why = (f"only γ = {observed[0]} ran, so round cost can't be extrapolated: its measured speedup "
+               + (f"{_fmt(measured)} > 1 keeps it" if measured > 1 else f"{_fmt(measured)} ≤ 1 turns it off"))
+    else:
+        why = f"only γ = {observed[0]} ran here and its measured speedup is unknown: no prediction"
+    if fit_note:
+        why += f"; {fit_note}"
+    at_k = predicted.get(str(recommended)) if recommended is not None else None
     return {
-        "batch_bucket": bucket,
-        "observed_gamma": fit["observed_gamma"],
+        "batch_bucket": fit["batch_bucket"],
+        "observed_gamma": observed,
         "predicted_speedup": predicted,
+        "speedup_source": speedup_source,
         "recommended": recommended,
+        "speedup_at_k": at_k,
+        "speedup_at_k_source": at_k_source if at_k is not None else None,
         "baseline_ms_per_token": t0,
-        "fit_r2": fit["r2"],
+        "fit_r2": fit["r2"] if fitted else None,
+        "fit_used": bool(fitted),
         "measured_speedup": measured,
         "gamma_varied": fit["gamma_varied"],
         "round_ms": times,
         "round_ms_source": sources,
-    }, remark
+        "why": why,
+    }
 
 
-def _never_varied_note(remarks: list[str]) -> str:
-    return ("γ never varied in these buckets, so round cost can't be extrapolated to other lengths; "
-            "each keeps its observed γ when its measured speedup is above 1 and gets 0 otherwise: "
-            + "; ".join(remarks) + ".")
-
-
-def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str]) -> list[list[int]]:
-    """vLLM's inclusive [start, end, k] ranges from 1 to the largest observed bucket, gaps filled."""
+def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str],
+            largest: int | None = None) -> list[list[int]]:
+    """vLLM's inclusive [start, end, k] ranges from 1 to the largest observed bucket, gaps filled,
+    and the last one extended to ``largest``, the deployment's largest batch size, when its steps
+    ran beyond (in prefill steps, say, which the fit leaves out), with a note."""
     by_bucket = {b["batch_bucket"]: b for b in doc["buckets"]}
     observed = [f["batch_bucket"] for f in fits]
     last = max(BUCKETS.index(b) for b in observed)
@@ -599,13 +719,18 @@ def _ranges(doc: dict[str, Any], fits: list[dict], data: dict, notes: list[str])
     if filled:
         notes.append("Buckets without a prediction take the k of the nearest lower bucket that has one "
                      "(below the lowest predicted bucket, its k), as vLLM treats gaps: " + ", ".join(filled) + ".")
+    if largest is not None and largest > ranges[-1][1]:
+        notes.append(f"The deployment ran at batch sizes up to {largest}, beyond its last bucket with decode-only "
+                     f"steps ({BUCKETS[last]}, to {ranges[-1][1]}): the last range's k = {ranges[-1][2]} is "
+                     f"extended to {largest}, without a prediction there.")
+        ranges[-1][1] = largest
     return ranges
 
 
 # --------------------------------------------------------------------------- by context length
 
 def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fits: list[dict[str, Any]],
-                         data: dict[str, Any]) -> list[dict[str, Any]]:
+                         data: dict[str, Any], largest: int | None = None) -> list[dict[str, Any]]:
     """The recommendation repeated within each context bucket of ``doc``'s deployment.
 
     Per context bucket c (in bucket order), for each batch bucket b where the deployment
@@ -615,7 +740,8 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
     fit has at least MIN_CONTEXT_FIT_STEPS steps, else from b's fit over every context,
     with a note; t0 matched on (b, c) where the baseline ran there, else on b
     (``speedup_by_batch_context``, as the context curve matches it). Then the same
-    choice of k and the same vLLM ranges as the overall recommendation.
+    choice of k and the same vLLM ranges as the overall recommendation, covering the
+    deployment's batch sizes up to ``largest``.
 
     Each entry: context_bucket, num_rounds (decode-only rounds in c), share_of_rounds,
     dominant (the bucket with the most of them), ranges ([[start, end, k], …]),
@@ -653,7 +779,7 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
         lengths = {g: expected_length(conditionals.get(context, []), g) for g in range(max_gamma + 1)}
         entry = {"context_bucket": context, "buckets": [], "notes": []}
         notes: list[str] = entry["notes"]
-        used_fits, never_varied, borrowed, batch_t0 = [], [], [], []
+        used_fits, borrowed, batch_t0 = [], [], []
         for batch_bucket, cell in by_batch.items():
             own = context_fits[context].get(batch_bucket)
             if own is not None and own["n_steps"] >= MIN_CONTEXT_FIT_STEPS:
@@ -666,13 +792,11 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
                 continue
             if cell["t0_match"] == "batch":
                 batch_t0.append(batch_bucket)
-            bucket, remark = _predict_bucket(fit, costs, cell["t0_ms"], cell["speedup"], lengths, max_gamma)
+            bucket = _predict_bucket(fit, costs, cell["t0_ms"], cell["speedup"], lengths, max_gamma)
             bucket["cost_fit"], bucket["t0_match"] = source, cell["t0_match"]
             bucket["num_rounds"] = int(cell["num_rounds"])
             entry["buckets"].append(bucket)
             used_fits.append(fit)
-            if remark:
-                never_varied.append(remark)
         if borrowed:
             notes.append(f"Fewer than {MIN_CONTEXT_FIT_STEPS} decode steps at context {context} in batch "
                          f"{', '.join(borrowed)}: round cost there comes from the batch bucket's fit over every "
@@ -680,14 +804,12 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
         if batch_t0:
             notes.append(f"The baseline has no rounds at context {context} in batch {', '.join(batch_t0)}: "
                          "t0 there is the batch bucket's over every context.")
-        if never_varied:
-            notes.append(_never_varied_note(never_varied))
         unknown = [g for g, e in lengths.items() if e is None]
         if unknown:
             notes.append(f"E[L](γ) at context {context} is unknown for γ ≥ {unknown[0]}: no round there "
                          f"reached position {unknown[0]}.")
-        ranges = (_ranges({"buckets": entry["buckets"], "baseline_id": doc["baseline_id"]}, used_fits, data, notes)
-                  if used_fits else [])
+        ranges = (_ranges({"buckets": entry["buckets"], "baseline_id": doc["baseline_id"]}, used_fits, data, notes,
+                          largest) if used_fits else [])
         rounds = sum(int(cell["num_rounds"]) for cell in by_batch.values())
         differs = [{"batch_bucket": b["batch_bucket"], "k": b["recommended"],
                     "overall_k": overall_k.get(b["batch_bucket"]), "num_rounds": b["num_rounds"]}

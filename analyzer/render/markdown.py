@@ -477,7 +477,7 @@ def _temperature(doc: dict) -> str:
 
 
 def _tuning(doc: dict) -> str:
-    from .recommend import by_context_markdown
+    from .recommend import by_context_markdown, speedup_at_k
 
     tuning = doc.get("tuning")
     if not tuning or not tuning["recommendations"]:
@@ -499,14 +499,14 @@ def _tuning(doc: dict) -> str:
             parts.append(f"vLLM config: `\"num_speculative_tokens_per_batch_size\": {config}`\n\n")
         body = []
         for b in rec["buckets"]:
-            k = b["recommended"]
-            predicted = b["predicted_speedup"].get(str(k)) if k is not None else None
+            # where the fit serves no γ, the bucket has no fitted prediction and no R² to show;
+            # where γ never varied, the speedup at k is the measured one
             paying = returns.get((dep, b["batch_bucket"]), {}).get("largest_paying_gamma")
             body.append((b["batch_bucket"], ", ".join(map(str, b["observed_gamma"])) or DASH,
-                         times(b.get("measured_speedup")), num(b["fit_r2"]), num(paying), num(k),
-                         times(predicted)))
-        parts.append(table(["batch", "observed γ", "measured speedup", "fit R²", "largest paying γ",
-                            "recommended k", "predicted speedup at k"], body))
+                         times(b.get("measured_speedup")), num(b["recommended"]), speedup_at_k(b),
+                         num(b["fit_r2"]), num(paying), b["why"]))
+        parts.append(table(["batch", "observed γ", "measured speedup", "recommended k", "speedup at k",
+                            "fit R²", "largest paying γ", "why"], body))
         first = next((m for m in tuning["marginal_returns"] if m["deployment_id"] == dep and
                       any(p["delta_round_ms"] is not None for p in m["positions"])), None)
         if first:

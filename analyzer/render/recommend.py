@@ -33,6 +33,8 @@ def render_recommend_markdown(result: dict[str, Any]) -> str:
                 text = DASH if value is None else f"{value:.3f}"
                 if value is not None and b["round_ms_source"].get(str(g)) == "fit":
                     text = f"*{text}*"
+                if value is not None and b.get("speedup_source", {}).get(str(g)) == "measured":
+                    text = f"{text} (measured)"
                 if g == b["recommended"]:
                     text = f"**{text}**"
                 cells.append(text)
@@ -42,8 +44,12 @@ def render_recommend_markdown(result: dict[str, Any]) -> str:
         parts.append("## Predicted speedup per speculation length\n")
         parts.append(table(headers, body))
         parts.append("Predicted speedup = t0 · E[L](γ) / T_round(γ). T_round is the measured mean round time "
-                     "where steps ran at that γ in the bucket, else the fitted cost model (*italics*). "
+                     "where steps ran at that γ in the bucket, else the fitted cost model (*italics*). Where only "
+                     "one γ ran in a bucket, that γ shows the bucket's measured speedup (measured) and no other γ "
+                     "is predicted; the fit's R² is shown where the fit serves some γ. "
                      "γ = 0 is plain decoding (1.0). The recommended k is in **bold**.\n")
+        parts.append("Why each k:\n\n" + "\n".join(f"- {b['batch_bucket']}: {b['why']}" for b in buckets
+                                                     if b.get("why")) + "\n")
     ranges = result["num_speculative_tokens_per_batch_size"]
     parts.append("## vLLM config\n")
     if ranges:
@@ -56,21 +62,35 @@ def render_recommend_markdown(result: dict[str, Any]) -> str:
         parts.append(by_context_markdown(result, detail=True))
     fits = result.get("cost_fits") or []
     if fits:
-        headers = ["batch bucket", "steps", "α ms", "β tokens", "β batch", "q", "R²", "RMSE ms",
+        headers = ["batch bucket", "steps", "α ms", "β tokens", "β batch", "q", "held at 0", "R²", "RMSE ms",
                    "γ varied", "mean residual per γ (ms)"]
         body = [[f["batch_bucket"], num(f["n_steps"]), num(f["alpha"]), num(f["beta_tokens"], 5),
-                 num(f["beta_batch"], 5), num(f["q"], 7), num(f["r2"]), num(f["rmse"]),
+                 num(f["beta_batch"], 5), num(f["q"], 7),
+                 ", ".join(f"{name} (unconstrained {f['unconstrained'][name]:+.5f})"
+                           for name in f.get("bound", [])) or DASH,
+                 num(f["r2"]), num(f["rmse"]),
                  num(f["gamma_varied"]) + (" (singular)" if f["singular"] else ""),
                  ", ".join(f"{g}: {v:+.3f}" for g, v in f["residuals"].items()) or DASH]
                 for f in fits]
         parts.append("## Round-cost model\n")
         parts.append("T = α + β_tokens · X + β_batch · B (+ q · X²) per bucket, over decode-only steps; X = "
-                     "tokens verified, B = batch size.\n")
+                     "tokens verified, B = batch size. The slopes are held non-negative (no GPU verifies a token "
+                     "in negative time); 'held at 0' names a slope the constraint held, with what the "
+                     "unconstrained fit gave it. α is free.\n")
         parts.append(table(headers, body))
     if result["notes"]:
         parts.append("## Notes\n")
         parts.append("\n".join(f"- {n}" for n in result["notes"]) + "\n")
     return "\n".join(parts)
+
+
+def speedup_at_k(bucket: dict[str, Any]) -> str:
+    """The speedup at the recommended k and where it comes from: measured (only that γ ran),
+    predicted, or plain decoding (k = 0)."""
+    value = bucket.get("speedup_at_k")
+    if value is None:
+        return DASH
+    return f"{value:.3f}× ({bucket['speedup_at_k_source']})"
 
 
 def by_context_markdown(result: dict[str, Any], *, detail: bool = False) -> str:
@@ -95,11 +115,10 @@ def by_context_markdown(result: dict[str, Any], *, detail: bool = False) -> str:
     if detail:
         rows = [(e["context_bucket"], b["batch_bucket"], ", ".join(map(str, b["observed_gamma"])) or DASH,
                  b["cost_fit"], b["t0_match"] or DASH, num(b["measured_speedup"]),
-                 DASH if b["recommended"] is None else str(b["recommended"]),
-                 num(b["predicted_speedup"].get(str(b["recommended"])) if b["recommended"] is not None else None))
+                 DASH if b["recommended"] is None else str(b["recommended"]), speedup_at_k(b), b["why"])
                 for e in entries for b in e["buckets"]]
         parts.append("\n" + table(["context", "batch", "observed γ", "cost fit", "t0 matched on", "measured speedup",
-                                   "recommended k", "predicted speedup at k"], rows))
+                                   "recommended k", "speedup at k", "why"], rows))
         notes = [f"{e['context_bucket']}: {n}" for e in entries for n in e["notes"]]
         if notes:
             parts.append("\n" + "\n".join(f"- {n}" for n in notes) + "\n")

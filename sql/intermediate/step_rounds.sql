@@ -15,6 +15,9 @@ select
     sum(coalesce(num_invalidated_tokens, 0)) as num_invalidated_tokens,
     min(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as min_proposed,
     max(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as max_proposed,
+    -- the fewest drafts a round that proposed any proposed: rounds that proposed none
+    -- (no n-gram match, speculation off) are no speculation length (cost_steps)
+    min(nullif(num_draft_tokens + coalesce(num_invalidated_tokens, 0), 0)) as min_positive_proposed,
     min(num_draft_tokens) as min_drafted,
     max(num_draft_tokens) as max_drafted,
     -- the context its rounds attend to: a step's context bucket is that of their mean

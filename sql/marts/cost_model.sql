@@ -9,7 +9,10 @@
 -- The sums are of deviations from the bucket means (x = X − mean_x, b = B − mean_b,
 -- y = T − mean_y), which keeps the normal equations well conditioned; sxxy is
 -- Σ x²·y and so on. analyzer.tuning.round_cost_fits solves them. gammas lists the
--- speculation lengths of the bucket's uniform-γ steps; mixed_steps counts the others.
+-- speculation lengths (> 0) the bucket's steps ran at (cost_steps.gamma); mixed_steps
+-- counts the steps whose drafting requests proposed different numbers, plain_steps
+-- those in which no request proposed (gamma 0), partial_steps those at a γ in which
+-- some requests proposed nothing (cost_steps.partly_drafting).
 -- round_mean_batch_size is the batch size a round sees on average (Σ rounds·B / Σ
 -- rounds), where a fitted round time is evaluated. nodes_per_draft is Σ verified
 -- nodes / Σ drafts (1 for chains, more for trees).
@@ -57,6 +60,7 @@ shifted as (
         s.num_draft_tokens,
         s.num_verified_nodes,
         s.gamma,
+        s.partly_drafting,
         s.tokens_verified - m.x0 as x,
         s.batch_size - m.b0 as b,
         exact_ms(s.duration_ms) - m.y0 as y
@@ -74,7 +78,9 @@ raw_sums as (
         fit_context,
         sum(num_rounds) as num_rounds,
         count(*) filter (where gamma is null) as mixed_steps,
-        list(distinct gamma order by gamma) filter (where gamma is not null) as gammas,
+        count(*) filter (where gamma = 0) as plain_steps,
+        count(*) filter (where gamma > 0 and partly_drafting) as partial_steps,
+        list(distinct gamma order by gamma) filter (where gamma > 0) as gammas,
         count(distinct tokens_verified) as distinct_tokens,
         count(distinct batch_size) as distinct_batch_sizes,
         min(tokens_verified) as min_tokens,
@@ -137,6 +143,8 @@ select
     m.n_steps,
     s.num_rounds,
     s.mixed_steps,
+    s.plain_steps,
+    s.partial_steps,
     coalesce(s.gammas, []) as gammas,
     s.distinct_tokens,
     s.distinct_batch_sizes,

@@ -1,5 +1,9 @@
 -- Measured round cost per speculation length: the decode-only steps whose requests
--- all proposed the same γ (cost_steps.gamma), per batch bucket.
+-- all proposed the same γ (cost_steps.gamma), per batch bucket. A step in which some
+-- requests proposed γ and others nothing (cost_steps.partly_drafting: an n-gram
+-- lookup without a match) is left out: it verified fewer tokens than a round at γ
+-- in which every request drafts, which E[L](γ) describes. γ = 0 is the plain decode
+-- steps, in which no request proposed.
 -- Grain: one row per deployment_id, batch_bucket, context_bucket, gamma. context_bucket
 -- null is every step of the batch bucket; a label, the steps of that context bucket
 -- (cost_steps.context_bucket), for `specan recommend --by-context`.
@@ -34,5 +38,5 @@ select
     avg(tokens_verified) as mean_tokens_verified,
     avg(tokens_verified * tokens_verified) as mean_tokens_verified_sq
 from scoped
-where gamma is not null
+where gamma is not null and not partly_drafting
 group by deployment_id, batch_bucket, fit_context, gamma
