@@ -269,6 +269,8 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
     result = nightly_run(traces, date, out, config=config, memory_limit=memory_limit, temp_dir=temp_dir,
                          progress=_progress(progress))
     click.echo(f"wrote {result.out_dir}/report.md, report.json, report.html and {out / 'history.parquet'}")
+    for line in result.regression_lines:
+        click.echo(line)
     for r in result.regressions:
         click.echo(f"regression: {r['deployment_id']} {r['metric']} {r['value']:.4g} vs median "
                    f"{r['baseline']:.4g} ({r['change']:+.1%})")

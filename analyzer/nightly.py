@@ -1,9 +1,11 @@
 """The scheduled report: one date's partitions, dated outputs, history and regression flags.
 
 ``run_nightly`` reads only the ``date=D`` partitions, writes
-``OUT/D/report.{md,json,html}``, compares D's headline metrics with the median
-of up to ``window_days`` earlier dates in ``OUT/history.parquet``, and then
-upserts D's rows into that history (written aside and renamed).
+``OUT/D/report.{md,json,html}``, compares D's headline metrics with up to
+``window_days`` earlier dates in ``OUT/history.parquet`` (``history.check_regressions``:
+past the threshold and the window's spread, and only with ``min_history_dates``
+earlier dates), and then upserts D's rows into that history (written aside and
+renamed).
 
 Runs for different dates may overlap (a backfill with ``xargs -P``, long cron
 runs): from reading the history to renaming the new one over it, a run holds
@@ -23,6 +25,7 @@ from .analysis import history
 from .analysis.config import Config, load_config
 from .errors import InputProblem
 from .ingest.load import Progress
+from .render.regressions import status_lines
 
 
 @dataclass
@@ -31,6 +34,9 @@ class NightlyResult:
     out_dir: Path
     regressions: list[dict]
     gates_failed: bool
+    regression_check: dict
+    # The check's outcome in words (render.regressions), for the CLI to print as it is.
+    regression_lines: list[str]
 
     @property
     def exit_status(self) -> int:
@@ -59,8 +65,6 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
 
     history_path = out / "history.parquet"
     today = history.history_rows(doc, day)
-    thresholds = {k: getattr(config.regression, k)
-                  for k in ("max_accept_length_drop", "max_speedup_drop", "max_tpot_p99_rise")}
     doc["date"] = day.isoformat()
     day_dir = out / day.isoformat()
     if progress:
@@ -69,7 +73,7 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
     with history.locked(history_path, timeout=lock_timeout):
         previous = history.read_history(history_path)
         combined = history.merge(previous, today)
-        doc["regressions"] = history.regressions(combined, day, config.regression.window_days, thresholds)
+        doc["regression_check"], doc["regressions"] = history.check_regressions(combined, day, config.regression)
 
         if progress:
             progress(f"writing {day_dir}")
@@ -81,4 +85,5 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
         (day_dir / "report.html").write_text(
             html.render(doc, history=combined, title=f"specan nightly {day.isoformat()}"), encoding="utf-8")
         history.write_atomic(history_path, combined)
-    return NightlyResult(day, day_dir, doc["regressions"], api.gates_failed(doc))
+    return NightlyResult(day, day_dir, doc["regressions"], api.gates_failed(doc), doc["regression_check"],
+                         status_lines(doc["regression_check"], doc["regressions"]))

@@ -26,6 +26,7 @@ def test_defaults_are_the_documented_values():
     assert (g.capacity.min_speedup, g.capacity.max_preemptions_per_request) == (1.0, 0.05)
     r = config.regression
     assert (r.window_days, r.max_accept_length_drop, r.max_speedup_drop, r.max_tpot_p99_rise) == (7, 0.05, 0.05, 0.10)
+    assert r.min_history_dates == 3 and isinstance(r.min_history_dates, int)
     assert isinstance(r.window_days, int)
 
 

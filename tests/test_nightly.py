@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.analysis import history
+from analyzer.analysis.config import Regression
 from analyzer.cli import main
 from analyzer.nightly import run_nightly
 from tracebuilder import at, write_columns, write_table
@@ -73,6 +74,12 @@ def test_only_the_day_with_the_acceptance_drop_is_flagged(tmp_path, loose):
     assert last["date"] == DATES[3]
     assert {p.name for p in (out / DATES[3]).iterdir()} == {"report.md", "report.json", "report.html"}
     assert "## Regressions" in (out / DATES[3] / "report.md").read_text()
+    # the fourth date is the first with min_history_dates (3) earlier dates; the others say so
+    assert last["regression_check"] == {"status": "checked", "earlier_dates": 3, "needed": 3, "window_days": 7,
+                                        "not_checked": []}
+    third = json.loads((out / DATES[2] / "report.json").read_text())
+    assert third["regression_check"]["status"] == "insufficient_history"
+    assert third["regression_check"]["earlier_dates"] == 2
 
 
 def test_a_day_reads_only_its_own_partitions(tmp_path, loose):
@@ -109,14 +116,16 @@ def test_a_crash_before_the_rename_leaves_the_old_history(tmp_path, loose, monke
     assert [p.name for p in out.iterdir() if p.name.startswith(".history-")] == []
 
 
-def test_no_earlier_date_means_nothing_is_flagged():
+def test_no_earlier_date_means_nothing_is_checked():
     import datetime as dt
 
     day = dt.date(2026, 11, 28)
     frame = pl.DataFrame([{"date": day, "deployment_id": "spec", "mean_accept_length": 1.0, "speedup": 0.1,
                            "tpot_p99": 99.0}])
-    thresholds = {"max_accept_length_drop": 0.05, "max_speedup_drop": 0.05, "max_tpot_p99_rise": 0.1}
-    assert history.regressions(frame, day, 7, thresholds) == []
+    check, flagged = history.check_regressions(frame, day, Regression())
+    assert flagged == []
+    assert check == {"status": "insufficient_history", "earlier_dates": 0, "needed": 3, "window_days": 7,
+                     "not_checked": []}
 
 
 def test_window_takes_the_latest_dates_and_skips_nulls_and_zero_baselines():
@@ -127,13 +136,14 @@ def test_window_takes_the_latest_dates_and_skips_nulls_and_zero_baselines():
     rows = [{"date": d, "deployment_id": "spec", "mean_accept_length": 0.0 if d.day < 28 else 1.0,
              "speedup": (1.0 if d.day < 25 else 2.0) if d.day < 28 else 1.8, "tpot_p99": None} for d in days]
     frame = pl.DataFrame(rows)
-    thresholds = {"max_accept_length_drop": 0.05, "max_speedup_drop": 0.05, "max_tpot_p99_rise": 0.1}
-    flagged = history.regressions(frame, days[-1], 3, thresholds)
-    # speedup 1.8 vs median 2.0: -10% < -5%; accept length's baseline is 0 and tpot is null: skipped
+    check, flagged = history.check_regressions(frame, days[-1], Regression(window_days=3))
+    # speedup 1.8 vs median 2.0: -10%, past the 5% threshold and the window's spread (0: three equal days);
+    # accept length's baseline is 0 and tpot is null: skipped
     assert flagged == [{"deployment_id": "spec", "metric": "speedup", "value": 1.8, "baseline": 2.0,
-                        "change": pytest.approx(-0.1)}]
+                        "change": pytest.approx(-0.1), "spread": 0.0, "limit": 0.05}]
+    assert check["status"] == "checked" and check["earlier_dates"] == 3
     # with a 9-day window the median of 1,1,1,1,1,2,2,2 is 1.0: a rise, not flagged
-    assert history.regressions(frame, days[-1], 9, thresholds) == []
+    assert history.check_regressions(frame, days[-1], Regression(window_days=9))[1] == []
 
 
 def test_bad_date_is_a_usage_error(tmp_path, loose):

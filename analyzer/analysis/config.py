@@ -38,6 +38,7 @@ min_speedup = 1.0
 max_preemptions_per_request = 0.05
 [regression]                 # nightly only: today against the median of the previous days
 window_days = 7
+min_history_dates = 3        # earlier dates in the window before anything is flagged
 max_accept_length_drop = 0.05
 max_speedup_drop = 0.05
 max_tpot_p99_rise = 0.10
@@ -93,7 +94,12 @@ class Gates:
 
 @dataclass(frozen=True)
 class Regression:
+    """The nightly regression rule (analyzer/analysis/history.py, docs/commands.md "Regressions")."""
+
     window_days: int = 7
+    # Below this many earlier dates a median and a spread say nothing: the run says
+    # "not checked" instead of flagging noise or claiming that nothing moved.
+    min_history_dates: int = 3
     max_accept_length_drop: float = 0.05
     max_speedup_drop: float = 0.05
     max_tpot_p99_rise: float = 0.10
@@ -179,6 +185,18 @@ def parse_config(data: dict[str, Any], source: str | None = None) -> Config:
             raise ConfigError(source, top, f"unknown {kind}; expected the sections gates.correctness, "
                                            "gates.quality, gates.latency, gates.capacity, regression and anomalies")
     built = {name: cls(**values[name]) for name, cls in _SECTIONS.items()}
+    regression = built["regression"]
+    # The window never holds more than window_days earlier dates, so a larger minimum
+    # would silently turn the regression check off for good.
+    # Name the key the file set: a file that only narrows window_days is told to set the minimum too.
+    if regression.min_history_dates > regression.window_days:
+        if "min_history_dates" in values["regression"]:
+            raise ConfigError(source, "regression.min_history_dates",
+                              f"expected at most window_days ({regression.window_days}), "
+                              f"found {regression.min_history_dates}")
+        raise ConfigError(source, "regression.window_days",
+                          f"{regression.window_days} is below min_history_dates ({regression.min_history_dates}, "
+                          "the default), so nothing could ever be checked; set min_history_dates too")
     return Config(
         gates=Gates(correctness=built["gates.correctness"], quality=built["gates.quality"],
                     latency=built["gates.latency"], capacity=built["gates.capacity"]),

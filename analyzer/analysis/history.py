@@ -29,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import EnvironmentProblem
+from .config import Regression
 
 # Seconds a run waits for another run's read-modify-write of the history.
 LOCK_TIMEOUT = 600.0
@@ -52,7 +53,8 @@ HISTORY_SCHEMA = {
     "max_stall_p99": pl.Float64,
 }
 
-# metric -> (config attribute, direction): a drop below -threshold or a rise above +threshold.
+# metric -> (config attribute, direction): a drop below -limit or a rise above +limit,
+# where limit = max(threshold, the window's spread) (check_regressions).
 CHECKED = {
     "mean_accept_length": ("max_accept_length_drop", "drop"),
     "speedup": ("max_speedup_drop", "drop"),
@@ -172,25 +174,63 @@ def write_atomic(path: Path, merged: pl.DataFrame) -> None:
         raise
 
 
-def regressions(history: pl.DataFrame, date: dt.date, window_days: int, thresholds: dict[str, float]) -> list[dict]:
-    """Compare ``date`` with the median of up to ``window_days`` earlier dates, per deployment."""
-    today = history.filter(pl.col("date") == date)
+def check_regressions(history: pl.DataFrame, date: dt.date, rule: Regression) -> tuple[dict, list[dict]]:
+    """Compare ``date`` with its window of earlier dates, per deployment: ``(check, flagged)``.
+
+    The window of a deployment is the latest ``rule.window_days`` dates before
+    ``date`` on which it has a row. A checked metric is flagged when both hold:
+
+    - its change against the window's median is past its threshold, and
+    - that change is also past the window's own spread, (max − min) / median of
+      the same window: noise as large as the earlier days already showed is
+      not a regression.
+
+    So the limit a change must pass is max(threshold, spread). Nothing is
+    flagged below ``rule.min_history_dates`` earlier dates: a median of one or
+    two days is one or two noisy days, and their spread is no estimate at all.
+
+    ``check`` is the report's ``regression_check``: ``status`` is ``checked`` or
+    ``insufficient_history`` (fewer than ``needed`` earlier dates in the
+    history's window, counted over all deployments); ``not_checked`` lists the
+    deployments that have too few earlier dates of their own.
+    """
+    needed, window_days = rule.min_history_dates, rule.window_days
     earlier = history.filter(pl.col("date") < date)
-    flagged = []
+    earlier_dates = min(earlier.get_column("date").n_unique(), window_days)
+    check: dict[str, Any] = {
+        "status": "checked" if earlier_dates >= needed else "insufficient_history",
+        "earlier_dates": earlier_dates, "needed": needed, "window_days": window_days, "not_checked": []}
+    flagged: list[dict] = []
+    if check["status"] != "checked":
+        return check, flagged
+    today = history.filter(pl.col("date") == date)
     for row in today.sort("deployment_id").iter_rows(named=True):
         previous = earlier.filter(pl.col("deployment_id") == row["deployment_id"])
         recent_dates = previous.get_column("date").unique().sort(descending=True).head(window_days)
-        window = previous.filter(pl.col("date").is_in(recent_dates.to_list()))
-        if window.is_empty():
+        if recent_dates.len() < needed:
+            check["not_checked"].append({"deployment_id": row["deployment_id"], "earlier_dates": recent_dates.len()})
             continue
+        window = previous.filter(pl.col("date").is_in(recent_dates.to_list()))
         for metric, (threshold_key, direction) in CHECKED.items():
-            value = row[metric]
-            baseline = window.get_column(metric).median()
-            if value is None or baseline is None or baseline == 0:
-                continue
-            change = (value - baseline) / baseline
-            limit = thresholds[threshold_key]
-            if (direction == "drop" and change < -limit) or (direction == "rise" and change > limit):
-                flagged.append({"deployment_id": row["deployment_id"], "metric": metric, "value": value,
-                                "baseline": baseline, "change": change})
-    return flagged
+            found = _flag(row[metric], window.get_column(metric).drop_nulls(), needed,
+                          getattr(rule, threshold_key), direction)
+            if found:
+                flagged.append({"deployment_id": row["deployment_id"], "metric": metric, **found})
+    return check, flagged
+
+
+def _flag(value: float | None, window: pl.Series, needed: int, threshold: float, direction: str) -> dict | None:
+    """The regression entry when ``value`` is past max(threshold, spread) in ``direction``, else None."""
+    # A metric null on some earlier days (a baseline's accept length, a day without TPOT)
+    # needs as many real values as the deployment needs dates.
+    if value is None or window.len() < needed:
+        return None
+    baseline = window.median()
+    if baseline is None or baseline == 0:
+        return None
+    change = (value - baseline) / baseline
+    spread = (window.max() - window.min()) / abs(baseline)
+    limit = max(threshold, spread)
+    if (direction == "drop" and change < -limit) or (direction == "rise" and change > limit):
+        return {"value": value, "baseline": baseline, "change": change, "spread": spread, "limit": limit}
+    return None

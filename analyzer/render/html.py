@@ -219,6 +219,12 @@ def render(doc: dict[str, Any], history=None, title: str = "specan report") -> s
                         f"{num(r['value'])} vs median {num(r['baseline'])} ({r['change']:+.1%})</li>"
                         for r in doc["regressions"])
         parts.append(f'<div class="regression"><strong>Regressions</strong><ul>{items}</ul></div>')
+    if "regression_check" in doc:
+        # The same sentences as stdout and report.md, so "not checked" is never read as "none".
+        from .regressions import status_lines
+
+        parts += [f'<p class="note">{html.escape(line)}.</p>'
+                  for line in status_lines(doc["regression_check"], doc.get("regressions") or [])]
     findings = []
     for d in doc["deployments"]:
         if d["method"] != "none" and not is_missing(d["speedup"]):

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..analysis.buckets import labels
 from ..analysis.precision import with_interval
+from .regressions import status_lines
 
 DASH = "–"
 
@@ -136,12 +137,16 @@ def _what_to_do(doc: dict) -> str:
 def _regressions(doc: dict) -> str:
     if "regressions" not in doc:
         return ""
+    # Under the heading, the CLI's "Regressions: " prefix would only repeat it.
+    lines = [line.removeprefix("Regressions: ") for line in status_lines(doc["regression_check"], doc["regressions"])]
+    head = "## Regressions\n\n" + "".join(f"{line[0].upper()}{line[1:]}.\n\n" for line in lines)
     if not doc["regressions"]:
-        return f"## Regressions\n\nNone: no headline metric moved past its threshold ({doc.get('date', '')}).\n"
-    body = [(r["deployment_id"], r["metric"], num(r["value"]), num(r["baseline"]), f"{r['change']:+.1%}")
-            for r in doc["regressions"]]
-    return ("## Regressions\n\nAgainst the median of the previous days in history.\n\n"
-            + table(["deployment", "metric", "today", "median before", "change"], body))
+        return head.rstrip("\n") + "\n"
+    body = [(r["deployment_id"], r["metric"], num(r["value"]), num(r["baseline"]), f"{r['change']:+.1%}",
+             pct(r["limit"])) for r in doc["regressions"]]
+    return (head + "Each change is against the window's median and past its limit: the larger of its threshold "
+            "and the window's spread, (max − min) / median.\n\n"
+            + table(["deployment", "metric", "today", "median before", "change", "limit"], body))
 
 
 def _spec(doc: dict) -> list[dict]:
