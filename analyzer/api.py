@@ -74,6 +74,19 @@ class Workspace:
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    # ``with open_traces(...) as ws:`` closes the connection and removes the scratch
+    # folder even when a notebook cell fails half-way.
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def frame(self, sql: str):
+        """Run one query over the views; the result as a polars DataFrame (through Arrow:
+        DuckDB computes, only the result reaches Python)."""
+        return self.con.sql(sql).pl()
+
 
 def connect(database: str | Path = ":memory:", *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
             spill_dir: Path | None = None, read_only: bool = False,

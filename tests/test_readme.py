@@ -223,3 +223,21 @@ def test_readme_points_at_the_docs_pages(name):
                     if not README[:m.start()].endswith("docs/")]
     assert not outside_docs, f"the README mentions {name} without docs/"
     assert f"](docs/{name}" in README, f"the README links docs/{name}"
+
+
+def test_the_notebook_example_runs_and_leaves_nothing_open(monkeypatch, capsys):
+    """The README's notebook example, run as written from the checkout."""
+    body = between(README, "example:notebook")
+    (code,) = FENCE.findall(body)
+    monkeypatch.chdir(ROOT)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    printed = capsys.readouterr().out
+    assert scope["by_batch"].columns == ["deployment_id", "batch_bucket", "speedup"]
+    assert len(scope["by_batch"].filter(scope["by_batch"]["deployment_id"] == "eagle-bf16")) == 8
+    first = json.loads((GOLDEN / "sample_report.json").read_text(encoding="utf-8"))["verdict"][0]["text"]
+    assert printed.rstrip("\n").endswith(first)
+    ws = scope["ws"]
+    with pytest.raises(Exception, match="closed"):
+        ws.con.execute("select 1")
+    assert ws.workdir is None or not ws.workdir.exists()
