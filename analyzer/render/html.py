@@ -55,7 +55,7 @@ th, td { padding: 4px 10px; border-bottom: 1px solid #eceff4; text-align: right;
 th { background: #f5f7fa; position: sticky; top: 0; }
 td:first-child, th:first-child, td.text { text-align: left; }
 td.text { white-space: normal; min-width: 24em; }
-.scroll { overflow-x: auto; }
+.scroll { overflow-x: auto; } .scroll.long { max-height: 460px; overflow-y: auto; }
 .pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
 .unknown { color: #9a6700; font-weight: 600; }
 figure.chart { margin: 12px 0 20px; } .chart svg { display: block; width: 100%; height: auto; }
@@ -70,6 +70,9 @@ code { font-size: 12px; }
 
 # A table cell longer than this wraps instead of widening the table (details, reasons).
 WRAP_AT = 48
+# A table with more rows scrolls in a box of its own (its header stays in view), so the
+# long per-bucket tables do not push the charts and sections after them pages down.
+LONG_TABLE = 16
 
 STEPS_MISSING = ("No steps table: round times, speedup and the load curve are unavailable, so the sections and "
                  "charts that need them are left out ({sections}); the notes say what else is missing.")
@@ -115,7 +118,8 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
                 css = "text"
             cells.append(f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    css = "scroll long" if len(rows) > LONG_TABLE else "scroll"
+    return f'<div class="{css}"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
 # ----------------------------------------------------------------------------------- charts
