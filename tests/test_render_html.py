@@ -238,3 +238,6 @@ def test_a_table_without_data_and_its_section_are_left_out():
     notes = Block("list", items=["No steps table: round costs are unknown."])
     assert html._prune([intro, sub, empty, Block("heading", level=3, text="other"), notes]) == (
         [intro, Block("heading", level=3, text="other"), notes], True)
+    # nor one whose only sub-heading is left with nothing
+    assert html._prune([intro, full, sub, Block("heading", level=4, text="by context"), empty]) == (
+        [intro, full], True)

@@ -314,12 +314,11 @@ def _prune(blocks: list[md_blocks.Block]) -> tuple[list[md_blocks.Block], bool]:
     (a table, list or code) when it had a table to begin with."""
     kept = [b for b in blocks if b.kind != "table" or _has_data(b)]
     out: list[md_blocks.Block] = []
-    for i, block in enumerate(kept):
-        if block.kind == "heading":
-            following = next((b for b in kept[i + 1:]), None)
-            if following is None or (following.kind == "heading" and following.level <= block.level):
-                continue
-        out.append(block)
+    # backwards, so a heading sees what is left under it after the headings below it went
+    for block in reversed(kept):
+        if block.kind == "heading" and (not out or (out[0].kind == "heading" and out[0].level <= block.level)):
+            continue
+        out.insert(0, block)
     had_tables = any(b.kind == "table" for b in blocks)
     shows = any(b.kind in ("table", "list", "code") for b in out)
     return out, shows or not had_tables
