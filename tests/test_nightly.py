@@ -1,5 +1,6 @@
 """specan nightly: dated runs, history upserts, regression flags, and the self-contained HTML page."""
 
+import html
 import json
 import re
 import shutil
@@ -172,11 +173,18 @@ def test_html_has_no_network_references(sample_html):
     assert text.count("<svg") == 3  # survival, load curve, latency
 
 
-SIZES_PROBE = """<script>
+PROBE = """<script>
 window.addEventListener('load', () => {
-  const sizes = [...document.querySelectorAll('svg')].map(s => {
-    const r = s.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; });
-  const pre = document.createElement('pre'); pre.id = 'svg-sizes'; pre.textContent = JSON.stringify(sizes);
+  const box = e => { const r = e.getBoundingClientRect();
+    return [Math.round(r.left + scrollX), Math.round(r.top + scrollY), Math.round(r.width), Math.round(r.height)]; };
+  const found = {
+    height: document.documentElement.scrollHeight,
+    h2: [...document.querySelectorAll('h2')].map(h => h.textContent),
+    svgs: [...document.querySelectorAll('svg')].map(s => ({
+      box: box(s), axes: [...s.querySelectorAll('g[id^="axes_"]')].map(box) })),
+    emptyTables: [...document.querySelectorAll('table')].filter(t => !t.querySelector('tbody tr')).length,
+  };
+  const pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(found);
   document.body.appendChild(pre);
 });
 </script></body>"""
@@ -196,7 +204,34 @@ def headless(browser: str, tmp_path: Path, *args: str) -> subprocess.CompletedPr
     return subprocess.run([browser, *flags, *args], capture_output=True, text=True, timeout=120)
 
 
-def test_browser_renders_the_charts(sample_html, tmp_path):
+def probe(browser: str, tmp_path: Path, page: Path) -> dict:
+    """What the browser laid out: the h2 texts, every chart's box and its axes' boxes (page
+    pixels), the page height and the tables without a row."""
+    probed = tmp_path / f"probe-{page.name}"
+    probed.write_text(page.read_text().replace("</body>", PROBE))
+    dom = headless(browser, tmp_path, "--dump-dom", probed.as_uri()).stdout
+    return json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
+
+
+def coloured_pixels(browser: str, tmp_path: Path, page: Path, found: dict) -> list[list[int]]:
+    """Per chart, per axes: how many pixels are clearly coloured. The plotted data (lines,
+    markers, bars) is drawn in colour, the axes, ticks and text in black and grey, so
+    an axes without data has none."""
+    import matplotlib.image as mpimg
+
+    shot = tmp_path / f"{page.stem}.png"
+    headless(browser, tmp_path, f"--screenshot={shot}", f"--window-size=1280,{found['height'] + 40}", page.as_uri())
+    pixels = mpimg.imread(shot)[:, :, :3]
+    saturation = pixels.max(axis=2) - pixels.min(axis=2)
+    return [[int((saturation[y:y + h, x:x + w] > 0.3).sum()) for x, y, w, h in svg["axes"]]
+            for svg in found["svgs"]]
+
+
+def markdown_headings(text: str) -> list[str]:
+    return [line[3:] for line in text.splitlines() if line.startswith("## ")]
+
+
+def test_browser_renders_the_charts(sample_html, sample_report, tmp_path):
     browser = chromium()
     shot = tmp_path / "report.png"
     headless(browser, tmp_path, f"--screenshot={shot}", sample_html.as_uri())
@@ -204,9 +239,55 @@ def test_browser_renders_the_charts(sample_html, tmp_path):
 
     pixels = mpimg.imread(shot)
     assert pixels.shape[0] > 1000 and pixels.std() > 0.05  # not a blank page
-    probe = tmp_path / "probe.html"
-    probe.write_text(sample_html.read_text().replace("</body>", SIZES_PROBE))
-    dom = headless(browser, tmp_path, "--dump-dom", probe.as_uri()).stdout
-    sizes = json.loads(re.search(r'<pre id="svg-sizes">(.*?)</pre>', dom).group(1))
-    assert len(sizes) == 3
-    assert all(width > 200 and height > 100 for width, height in sizes)
+    found = probe(browser, tmp_path, sample_html)
+    # every section of the Markdown has its heading on the page
+    assert [h for h in markdown_headings(sample_report["md"]) if h not in found["h2"]] == []
+    assert len(found["svgs"]) == 3                            # survival, load curve, latency
+    page_width = max(svg["box"][2] for svg in found["svgs"])
+    for svg in found["svgs"]:
+        width, height = svg["box"][2:]
+        assert width > 1000 and width == page_width and height > 200   # the page's width, scaled
+    # survival: 1 axes; load curve: speedup and accept length; latency: ttft, tpot, itl, max_stall
+    assert [len(svg["axes"]) for svg in found["svgs"]] == [1, 2, 4]
+    counts = coloured_pixels(browser, tmp_path, sample_html, found)
+    assert all(n > 500 for chart in counts for n in chart), counts   # every axes shows data
+    assert found["emptyTables"] == 0
+
+
+@pytest.fixture
+def response_only_html(tmp_path) -> tuple[Path, str]:
+    """A trace imported from vLLM responses alone (no steps table): its HTML page and Markdown."""
+    traces = tmp_path / "responses"
+    fixtures = ROOT / "tests" / "fixtures"
+    for src, dep, extra in (("vllm_responses.jsonl", "eagle-a", ["--method", "eagle3"]),
+                            ("vllm_responses_plain.jsonl", "base", [])):
+        result = CliRunner().invoke(main, ["import", "vllm-responses", str(fixtures / src), "--deployment", dep,
+                                           *extra, "--out", str(traces)])
+        assert result.exit_code == 0, result.output
+    pages = {}
+    for fmt in ("html", "md"):
+        result = CliRunner().invoke(main, ["report", str(traces), "--format", fmt, "--no-progress"])
+        assert result.exit_code == 0, result.output
+        pages[fmt] = result.stdout
+    out = tmp_path / "responses.html"
+    out.write_text(pages["html"], encoding="utf-8")
+    return out, pages["md"]
+
+
+def test_browser_response_only_page_has_no_empty_chart(response_only_html, tmp_path):
+    page, md = response_only_html
+    browser = chromium()
+    found = probe(browser, tmp_path, page)
+    # survival (positions come from the responses) and latency with its two metrics that have
+    # values (ttft, tpot); no load curve, and no itl or max_stall axes: those need steps
+    assert [len(svg["axes"]) for svg in found["svgs"]] == [1, 2]
+    counts = coloured_pixels(browser, tmp_path, page, found)
+    assert all(n > 500 for chart in counts for n in chart), counts
+    assert found["emptyTables"] == 0
+    # the sections without data are left out, and the page says why, once
+    text = page.read_text()
+    left_out = [h for h in markdown_headings(md) if h not in found["h2"]]
+    assert left_out == ["2. Round ledger against the baseline", "6. Load curve by batch bucket"]
+    assert text.count("No steps table: round times, speedup and the load curve are unavailable") == 1
+    assert all(title in text for title in left_out)
+    assert "Findings" in found["h2"]

@@ -1,5 +1,10 @@
 """Render the report document as one self-contained HTML page.
 
+The page shows what the Markdown report shows: its sections are the Markdown
+renderer's output read back as blocks (md_blocks), so every sentence and table
+has one source. The page adds a first box, "What to do" (the verdict lines and
+any regression), and charts in the sections they illustrate.
+
 Charts are drawn by matplotlib and inlined as SVG; the stylesheet is inline
 too. Nothing is fetched from the network, so the page works offline and can be
 mailed or archived as one file.
@@ -10,16 +15,21 @@ from __future__ import annotations
 import functools
 import html
 import io
-import json
+import re
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from ..analysis import buckets
-from .markdown import (ANOMALIES_SHOWN, ANOMALY_MEANINGS, DASH, NULL_SLICE, SLICE_HEADERS, anomaly_rule,
-                       anomaly_value, is_missing, num, pct, shown_ratio, slice_tables, times)
+from . import markdown, md_blocks
+from .markdown import DASH, num
+from .regressions import status_lines
 
 # The charts' style, applied around each chart only (matplotlib.rc_context): importing
 # or using this module changes neither matplotlib's global settings nor its backend.
@@ -33,6 +43,10 @@ CHART_RC = {
     "axes.spines.right": False,
 }
 
+# Charts are drawn this wide and scaled to the page's width by the stylesheet, so the
+# text keeps about the page's size (9 pt at 11 in shown ~1150 px wide ≈ 13 px).
+CHART_WIDTH = 11.0
+
 STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 0 auto; max-width: 1200px;
        padding: 0 24px 48px; color: #1d2330; }
@@ -41,13 +55,29 @@ table { border-collapse: collapse; font-size: 13px; margin: 8px 0 16px; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #eceff4; text-align: right; white-space: nowrap; }
 th { background: #f5f7fa; position: sticky; top: 0; }
 td:first-child, th:first-child, td.text { text-align: left; }
-.scroll { overflow-x: auto; }
+td.text { white-space: normal; min-width: 24em; }
+.scroll { overflow-x: auto; } .scroll.long { max-height: 460px; overflow-y: auto; }
 .pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
 .unknown { color: #9a6700; font-weight: 600; }
-.charts { display: flex; flex-wrap: wrap; gap: 16px; } .chart svg { max-width: 100%; height: auto; }
-.finding { margin: 4px 0; } .note { color: #57606a; font-size: 13px; }
+figure.chart { margin: 12px 0 20px; } .chart svg { display: block; width: 100%; height: auto; }
+.note { color: #57606a; font-size: 13px; }
+pre { background: #f5f7fa; padding: 8px 12px; overflow-x: auto; }
+code { font-size: 12px; }
+.todo { background: #f3f8ff; border-left: 4px solid #0969da; padding: 4px 16px 8px; margin: 16px 0; }
+.todo h2 { border: none; margin-top: 8px; }
+.todo .ship { color: #1a7f37; } .todo .cap { color: #9a6700; } .todo .dont_ship { color: #cf222e; }
 .regression { background: #fff1f0; border-left: 4px solid #cf222e; padding: 8px 12px; }
 """
+
+# A table cell longer than this wraps instead of widening the table (details, reasons).
+WRAP_AT = 48
+# A table with more rows scrolls in a box of its own (its header stays in view), so the
+# long per-bucket tables do not push the charts and sections after them pages down.
+LONG_TABLE = 16
+
+STEPS_MISSING = ("No steps table: round times, speedup and the load curve are unavailable, so the sections and "
+                 "charts that need them are left out ({sections}); the notes say what else is missing.")
+NO_DATA = "Left out for want of data (their tables have no rows): {sections}."
 
 
 def _styled(draw):
@@ -71,7 +101,13 @@ def _chart(fig, title: str) -> str:
     return f'<figure class="chart" aria-label="{html.escape(title)}">{_svg(fig)}</figure>'
 
 
-def _table(headers: list[str], rows: list[list[Any]], classes: list[str] | None = None) -> str:
+def _figure(height: float) -> Figure:
+    # constrained layout makes room for the legends placed outside the axes ("outside ..."),
+    # so no legend sits on the data.
+    return Figure(figsize=(CHART_WIDTH, height), layout="constrained")
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = []
     for row in rows:
@@ -79,211 +115,289 @@ def _table(headers: list[str], rows: list[list[Any]], classes: list[str] | None 
         for value in row:
             text = html.escape(str(value))
             css = {"PASS": "pass", "FAIL": "fail", "UNKNOWN": "unknown"}.get(str(value))
+            if css is None and len(str(value)) > WRAP_AT:
+                css = "text"
             cells.append(f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    css = "scroll long" if len(rows) > LONG_TABLE else "scroll"
+    return f'<div class="{css}"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+# ----------------------------------------------------------------------------------- charts
 
 
 @_styled
 def _survival_chart(doc: dict) -> str:
-    fig = Figure(figsize=(5.2, 3.4))
+    """Pr(K ≥ i) by draft position, one line per speculative deployment; "" without positions."""
+    series = [(d["deployment_id"], [p for p in d["positions"] if p["survival"] is not None])
+              for d in doc["deployments"]]
+    series = [(dep, points) for dep, points in series if points]
+    if not series:
+        return ""
+    fig = _figure(3.6)
     ax = fig.subplots()
-    drawn = False
-    for d in doc["deployments"]:
-        positions = [p for p in d["positions"] if p["survival"] is not None]
-        if positions:
-            ax.plot([p["position"] for p in positions], [p["survival"] for p in positions], marker="o",
-                    label=d["deployment_id"])
-            drawn = True
+    for dep, points in series:
+        ax.plot([p["position"] for p in points], [p["survival"] for p in points], marker="o", label=dep)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))    # positions are whole numbers
     ax.set_xlabel("draft position i")
     ax.set_ylabel("survival Pr(K ≥ i)")
     ax.set_ylim(0, 1)
     ax.set_title("Acceptance survival by position")
-    if drawn:
-        ax.legend(fontsize=7)
+    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
     return _chart(fig, "acceptance survival curve")
 
 
 @_styled
 def _load_chart(doc: dict) -> str:
+    """Speedup and accept length by batch bucket; "" when no bucket has either."""
+    rows = [r for r in doc["load_curve"] if r["speedup"] is not None or r["mean_accept_length"] is not None]
+    if not rows:
+        return ""
+    present = {r["batch_bucket"] for r in rows}
+    order = [b for b in buckets.labels("batch") if b in present]
     curves: dict[str, list[dict]] = defaultdict(list)
-    for row in doc["load_curve"]:
+    for row in rows:
         curves[row["deployment_id"]].append(row)
-    all_buckets = buckets.labels("batch")
-    present = {row["batch_bucket"] for row in doc["load_curve"]}
-    order = [b for b in all_buckets if b in present]
-    fig = Figure(figsize=(10, 3.4))
+    fig = _figure(3.6)
     left, right = fig.subplots(1, 2)
-    for dep, rows in curves.items():
-        rows = sorted(rows, key=lambda r: order.index(r["batch_bucket"]))
-        xs = [order.index(r["batch_bucket"]) for r in rows]
-        speed = [(x, r["speedup"]) for x, r in zip(xs, rows) if r["speedup"] is not None]
-        if speed:
-            left.plot(*zip(*speed), marker="o", label=dep)
-        length = [(x, r["mean_accept_length"]) for x, r in zip(xs, rows) if r["mean_accept_length"] is not None]
-        if length:
-            right.plot(*zip(*length), marker="o", label=dep)
+    for i, (dep, points) in enumerate(curves.items()):
+        points = sorted(points, key=lambda r: order.index(r["batch_bucket"]))
+        style = {"color": f"C{i % 10}", "marker": "o", "label": dep}   # one colour per deployment in both panels
+        for ax, key in ((left, "speedup"), (right, "mean_accept_length")):
+            xy = [(order.index(r["batch_bucket"]), r[key]) for r in points if r[key] is not None]
+            if xy:
+                ax.plot(*zip(*xy), **style)
     for ax in (left, right):
         ax.set_xticks(range(len(order)), order, rotation=45)
-        ax.set_xlabel("batch bucket")
-    left.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    left.set_ylabel("speedup vs baseline")
+        ax.set_xlabel("batch size bucket")
+    left.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="1.0× (break-even)")
+    left.set_ylabel("speedup vs baseline (×)")
     left.set_title("Speedup by batch size")
-    right.set_ylabel("mean accept length")
+    right.set_ylabel("mean accept length (tokens)")
     right.set_title("Accept length by batch size")
-    if left.lines[1:]:
-        left.legend(fontsize=7)
+    handles, labels = _unique_handles(left, right)
+    fig.legend(handles, labels, loc="outside upper center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
     return _chart(fig, "speedup and accept length by batch bucket")
+
+
+def _unique_handles(*axes) -> tuple[list, list[str]]:
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    return list(seen.values()), list(seen)
+
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "max_stall")
+LATENCY_STATS = ("p50", "p95", "p99")
+_GATE_CHECK = re.compile(r"(?P<metric>\w+?)_(?P<stat>p\d+)_ms")
+
+
+def latency_thresholds(gates: list[dict]) -> dict[tuple[str, str], list[float]]:
+    """The latency gates' thresholds as {(metric, stat): [threshold, ...]}, from the
+    checks named <metric>_<stat>_ms (ttft_p99_ms → ("ttft", "p99"))."""
+    found: dict[tuple[str, str], set[float]] = defaultdict(set)
+    for g in gates:
+        for c in g["checks"]:
+            m = _GATE_CHECK.fullmatch(c["name"])
+            if m and c["threshold"] is not None:
+                found[(m["metric"], m["stat"])].add(float(c["threshold"]))
+    return {key: sorted(values) for key, values in found.items()}
 
 
 @_styled
 def _latency_chart(doc: dict) -> str:
-    deployments = [d for d in doc["deployments"] if d["latency_ms"].get("tpot", {}).get("p50") is not None]
-    fig = Figure(figsize=(12, 3.4))
-    axes = fig.subplots(1, 3)
-    for ax, metric in zip(axes, ("tpot", "itl", "max_stall")):
-        names = [d["deployment_id"] for d in deployments]
-        for offset, stat in zip((-0.25, 0, 0.25), ("p50", "p95", "p99")):
-            values = [d["latency_ms"][metric][stat] or 0 for d in deployments]
-            ax.bar([i + offset for i in range(len(names))], values, width=0.25, label=stat)
+    """p50/p95/p99 per deployment for each latency metric that has values, with the
+    latency gates' thresholds as horizontal lines; "" when no metric has a value."""
+    thresholds = latency_thresholds(doc.get("gates") or [])
+    panels = []
+    for metric in LATENCY_METRICS:
+        deps = [d for d in doc["deployments"]
+                if any(d["latency_ms"].get(metric, {}).get(s) is not None for s in LATENCY_STATS)]
+        if deps:
+            panels.append((metric, deps))
+    if not panels:
+        return ""
+    fig = _figure(3.8)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    colors = {stat: f"C{i}" for i, stat in enumerate(LATENCY_STATS)}
+    offsets = dict(zip(LATENCY_STATS, (-0.27, 0, 0.27)))
+    gate_drawn = False
+    for ax, (metric, deps) in zip(axes, panels):
+        names = [d["deployment_id"] for d in deps]
+        top = 0.0
+        for stat in LATENCY_STATS:
+            values = [d["latency_ms"][metric].get(stat) for d in deps]
+            xs = [i + offsets[stat] for i, v in enumerate(values) if v is not None]
+            ys = [v for v in values if v is not None]
+            ax.bar(xs, ys, width=0.27, color=colors[stat])
+            top = max([top, *ys])
+        gates = []
+        for stat in LATENCY_STATS:
+            for limit in thresholds.get((metric, stat), []):
+                # A limit far above every bar would squash them to nothing: it is named, not drawn.
+                if limit <= 2 * top:
+                    ax.axhline(limit, color=colors[stat], linestyle="--", linewidth=1.2)
+                    gates.append(f"gate {stat} ≤ {limit:,.0f}")
+                    gate_drawn = True
+                else:
+                    gates.append(f"gate {stat} ≤ {limit:,.0f}, off scale")
         ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-        ax.set_title(f"{metric} (ms)")
-    axes[0].legend(fontsize=7)
+        ax.set_ylabel(f"{metric} (ms)")
+        # the threshold in the title, not on the plot, where it would cover bars
+        ax.set_title(metric + (f"\n{'; '.join(gates)}" if gates else ""))
+    handles = [Patch(color=colors[s], label=s) for s in LATENCY_STATS]
+    if gate_drawn:
+        handles.append(Line2D([], [], color="grey", linestyle="--", label="gate threshold (its percentile's colour)"))
+    fig.legend(handles=handles, loc="outside upper center", ncol=len(handles), fontsize=8, frameon=False)
     return _chart(fig, "latency percentiles")
 
 
 @_styled
 def _trend_chart(history) -> str:
-    fig = Figure(figsize=(12, 3.2))
+    labels = {"mean_accept_length": "mean accept length (tokens)", "speedup": "speedup (×)",
+              "tpot_p99": "TPOT p99 (ms)"}
+    fig = _figure(3.4)
     axes = fig.subplots(1, 3)
-    for ax, metric in zip(axes, ("mean_accept_length", "speedup", "tpot_p99")):
-        for dep in sorted(set(history.get_column("deployment_id").to_list())):
+    deployments = sorted(set(history.get_column("deployment_id").to_list()))
+    for ax, (metric, label) in zip(axes, labels.items()):
+        for i, dep in enumerate(deployments):
             rows = history.filter(history["deployment_id"] == dep).sort("date")
             points = [(d, v) for d, v in zip(rows["date"].to_list(), rows[metric].to_list()) if v is not None]
             if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=dep)
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=dep, color=f"C{i % 10}")
         ax.set_title(metric)
+        ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=45)
-    if axes[0].lines:
-        axes[0].legend(fontsize=7)
+    handles, names = _unique_handles(*axes)
+    if handles:
+        fig.legend(handles, names, loc="outside upper center", ncol=min(len(names), 6), fontsize=8, frameon=False)
     return _chart(fig, "history trend")
 
 
-def _speculation_length(doc: dict) -> list[str]:
-    """The recommended vLLM line per deployment, overall and within each context bucket."""
-    recommendations = (doc.get("tuning") or {}).get("recommendations") or []
-    rows = []
-    for rec in recommendations:
-        overall = rec["num_speculative_tokens_per_batch_size"]
-        rows.append([rec["deployment_id"], "all", DASH, json.dumps(overall) if overall else DASH, DASH])
-        for e in rec.get("by_context") or []:
-            rows.append([rec["deployment_id"], e["context_bucket"],
-                         pct(e["share_of_rounds"]), json.dumps(e["ranges"]) if e["ranges"] else DASH,
-                         "; ".join(f"batch {d['batch_bucket']}: k = {d['k']} (overall {d['overall_k']}; {d['num_rounds']:,} rounds)"
-                                   for d in e["differs_from_overall"]) or "no"])
-    if not rows:
-        return []
-    return ["<h2>Speculation length</h2>",
-            '<p class="note">vLLM\'s num_speculative_tokens_per_batch_size, overall and within each context '
-            "bucket (vLLM takes batch-size ranges only: use the dominant context's line, or the overall one). "
-            "`specan recommend --by-context` shows every input.</p>",
-            _table(["deployment", "context", "decode rounds", "num_speculative_tokens_per_batch_size",
-                    "differs from overall"], rows)]
+# Charts shown in the section they illustrate, found by the Markdown section's title
+# without its number ("6. Load curve by batch bucket" → "Load curve by batch bucket").
+SECTION_CHARTS: dict[str, Callable[[dict], str]] = {
+    "Acceptance by draft position": _survival_chart,
+    "Load curve by batch bucket": _load_chart,
+    "Latency (ms)": _latency_chart,
+}
 
 
-def _anomalies(doc: dict) -> str:
-    """The flagged requests, the top ANOMALIES_SHOWN of each kind, with each rule and what it usually means."""
-    rules = "".join(f"<li><strong>{kind}</strong>: {html.escape(anomaly_rule(kind, doc['anomaly_thresholds']))}. "
-                    f"Usually {html.escape(meaning)}.</li>" for kind, meaning in ANOMALY_MEANINGS.items())
-    shown: dict[str, int] = defaultdict(int)
-    rows = []
-    for a in doc["anomalies"]:
-        shown[a["kind"]] += 1
-        if shown[a["kind"]] <= ANOMALIES_SHOWN:
-            rows.append([a["kind"], a["deployment_id"], a["request_id"], anomaly_value(a["kind"], a["value"]),
-                         anomaly_value(a["kind"], a["threshold"]), a["detail"]])
-    if not rows:
-        return f'<ul class="note">{rules}</ul><p class="note">No request is flagged.</p>'
-    return (f'<ul class="note">{rules}</ul>'
-            + _table(["kind", "deployment", "request", "value", "threshold", "detail"], rows))
+# ------------------------------------------------------------------------------ the page
 
 
-def render(doc: dict[str, Any], history=None, title: str = "specan report") -> str:
-    """The whole page. ``history`` (a polars frame from analyzer.history) adds the trend chart."""
-    inp = doc["input"]
-    parts = [f"<h1>{html.escape(title)}</h1>",
-             f'<p class="note">Input: {inp["deployments"]:,} deployments, {inp["requests"]:,} requests, '
-             f'{inp["steps"]:,} steps, {inp["rounds"]:,} rounds; {inp["rejected_rows"]:,} rows rejected.</p>']
+def _what_to_do(doc: dict) -> str:
+    """The first box: the verdict lines (doc["verdict"]), then any regression; "" when
+    the document has neither."""
+    # the lines the Markdown's "What to do" shows: every speculative deployment, and a
+    # baseline only when it fails a gate
+    verdict = [v for v in doc.get("verdict") or [] if v["action"] != "baseline" or "gate fails" in v["text"]]
+    lines = [f'<li class="{html.escape(v["action"])}">{html.escape(v["text"])}</li>' for v in verdict]
+    box = []
     if doc.get("regressions"):
         items = "".join(f"<li>{html.escape(r['deployment_id'])}: {html.escape(r['metric'])} "
                         f"{num(r['value'])} vs median {num(r['baseline'])} ({r['change']:+.1%})</li>"
                         for r in doc["regressions"])
-        parts.append(f'<div class="regression"><strong>Regressions</strong><ul>{items}</ul></div>')
+        box.append(f'<div class="regression"><strong>Regressions</strong><ul>{items}</ul></div>')
     if "regression_check" in doc:
-        # The same sentences as stdout and report.md, so "not checked" is never read as "none".
-        from .regressions import status_lines
+        # the same sentences as stdout and report.md, so "not checked" is never read as "none"
+        box += [f'<p class="note">{html.escape(line)}.</p>'
+                for line in status_lines(doc["regression_check"], doc.get("regressions") or [])]
+    if not lines and not box:
+        return ""
+    return ('<div class="todo"><h2>What to do</h2>' + (f"<ul>{''.join(lines)}</ul>" if lines else "")
+            + "".join(box) + "</div>")
 
-        parts += [f'<p class="note">{html.escape(line)}.</p>'
-                  for line in status_lines(doc["regression_check"], doc.get("regressions") or [])]
-    findings = []
-    for d in doc["deployments"]:
-        if d["method"] != "none" and not is_missing(d["speedup"]):
-            shown, _ = shown_ratio(d["speedup"])
-            findings.append(f'<p class="finding"><strong>{html.escape(d["deployment_id"])}</strong> '
-                            f'({html.escape(d["method"])}): {shown}× the throughput of '
-                            f'{html.escape(d["baseline_id"])} over {pct(d["speedup_coverage"])} of its tokens; '
-                            f'mean accept length {num(d["mean_accept_length"], 2)}.</p>')
-    parts += ["<h2>Findings</h2>", *findings]
-    parts += ["<h2>Summary</h2>", _table(
-        ["deployment", "method", "γ", "baseline", "accept length", "per request", "acceptance", "tokens/round",
-         "speedup", "coverage"],
-        [[d["deployment_id"], d["method"], d["num_speculative_tokens"], d["baseline_id"] or DASH,
-          num(d["mean_accept_length"]), num(d["mean_accept_length_per_request"]), pct(d["acceptance_rate"]),
-          num(d["tokens_per_round"]), times(d["speedup"]), pct(d["speedup_coverage"])] for d in doc["deployments"]])]
-    parts += ['<h2>Charts</h2><div class="charts">', _survival_chart(doc), _load_chart(doc), _latency_chart(doc)]
+
+def _has_data(block: md_blocks.Block) -> bool:
+    """A table has data when some row has a value beyond its first (key) column."""
+    return any(cell not in (DASH, "") for row in block.rows for cell in row[1:])
+
+
+def _prune(blocks: list[md_blocks.Block]) -> tuple[list[md_blocks.Block], bool]:
+    """The blocks without tables that have no data, and without sub-headings left with
+    nothing under them; and whether the section still shows anything the data gave
+    (a table, list or code) when it had a table to begin with."""
+    kept = [b for b in blocks if b.kind != "table" or _has_data(b)]
+    out: list[md_blocks.Block] = []
+    # backwards, so a heading sees what is left under it after the headings below it went
+    for block in reversed(kept):
+        if block.kind == "heading" and (not out or (out[0].kind == "heading" and out[0].level <= block.level)):
+            continue
+        out.insert(0, block)
+    had_tables = any(b.kind == "table" for b in blocks)
+    shows = any(b.kind in ("table", "list", "code") for b in out)
+    return out, shows or not had_tables
+
+
+def _block_html(block: md_blocks.Block) -> str:
+    if block.kind == "heading":
+        level = min(block.level, 6)
+        return f"<h{level}>{md_blocks.inline(block.text)}</h{level}>"
+    if block.kind == "para":
+        return f"<p>{md_blocks.inline(block.text)}</p>"
+    if block.kind == "list":
+        return "<ul>" + "".join(f"<li>{md_blocks.inline(item)}</li>" for item in block.items) + "</ul>"
+    if block.kind == "code":
+        return f"<pre><code>{html.escape(block.text)}</code></pre>"
+    return _table(block.headers, block.rows)
+
+
+def _without_verdict(blocks: list[md_blocks.Block], verdict: set[str]) -> list[md_blocks.Block]:
+    """The blocks without the verdict lines, which the first box already shows, wherever
+    the Markdown writes them (a paragraph or list items)."""
+    out = []
+    for block in blocks:
+        if block.kind == "para" and md_blocks.plain(block.text) in verdict:
+            continue
+        if block.kind == "list":
+            items = [i for i in block.items if md_blocks.plain(i) not in verdict]
+            if not items:
+                continue
+            block = md_blocks.Block("list", items=items)
+        out.append(block)
+    return out
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
+
+
+def render(doc: dict[str, Any], history=None, title: str = "specan report") -> str:
+    """The whole page. ``history`` (a polars frame from analyzer.history) adds the trend chart."""
+    verdict = {v["text"] for v in doc.get("verdict") or []}
+    preamble, body, left_out = [], [], []
+    for section in md_blocks.sections(md_blocks.parse(markdown.render(doc))):
+        blocks = _without_verdict(section.blocks, verdict)
+        if not section.title:
+            # The Markdown's title line gives way to the page's own (nightly names its date).
+            preamble += [_block_html(b) for b in blocks if not (b.kind == "heading" and b.level == 1)]
+            continue
+        if section.title == "Regressions" and doc.get("regressions"):
+            continue                                       # the first box lists them
+        blocks, shows = _prune(blocks)
+        if not shows:
+            left_out.append(section.title)
+            continue
+        if not blocks:
+            continue                                       # a heading whose lines the first box shows
+        html_blocks = [_block_html(b) for b in blocks]
+        chart = SECTION_CHARTS.get(section.title.split(". ", 1)[-1], lambda _: "")(doc)
+        if chart:
+            # after the section's opening paragraph, before its tables
+            html_blocks.insert(1 if blocks[0].kind == "para" else 0, chart)
+        body.append(f'<section id="{_slug(section.title)}"><h2>{md_blocks.inline(section.title)}</h2>\n'
+                    + "\n".join(html_blocks) + "</section>")
+    parts = [f"<h1>{html.escape(title)}</h1>", _what_to_do(doc), *preamble]
+    if left_out:
+        # said once, at the top, instead of a blank chart or an empty table per section
+        reason = STEPS_MISSING if doc["input"]["steps"] == 0 and doc["input"]["rounds"] else NO_DATA
+        parts.append(f'<p class="note">{html.escape(reason.format(sections=", ".join(left_out)))}</p>')
     if history is not None and not history.is_empty():
-        parts.append(_trend_chart(history))
-    parts.append("</div>")
-    parts += ["<h2>Round ledger against the baseline</h2>",
-              '<p class="note">Decode-only rounds per batch bucket. The speedup condition holds when a round '
-              "takes less than t0 · tokens/round, the time plain decoding needs for the same tokens.</p>",
-              _table(["deployment", "batch", "rounds", "draft ms", "verify ms", "other ms", "round ms",
-                      "tokens/round", "t0 ms", "break-even ms", "condition holds"],
-                     [[r["deployment_id"], r["batch_bucket"], num(r["num_rounds"]), num(r["draft_ms"]),
-                       num(r["verify_ms"]), num(r["other_ms"]), num(r["round_ms"]), num(r["tokens_per_round"]),
-                       num(r["t0_ms"]), num(r["break_even_ms"]), num(r["condition_holds"])]
-                      for r in doc["round_ledger"] if r["t0_ms"] is not None])]
-    parts += _speculation_length(doc)
-    parts += ["<h2>Categories</h2>", _table(
-        ["deployment", "category", "requests", "accept length", "acceptance", "tokens/round", "speedup",
-         "repeat ratio"],
-        [[r["deployment_id"], r["category"], num(r["num_requests"]), num(r["mean_accept_length"]),
-          pct(r["acceptance_rate"]), num(r["tokens_per_round"]), times(r["speedup"]), num(r.get("repeat_ratio"))]
-         for r in doc["categories"]])]
-    tables = slice_tables(doc)
-    if tables:
-        parts += ["<h2>Slices</h2>",
-                  f'<p class="note">By requests column (--by); a null value, or no requests row, is the slice '
-                  f"{NULL_SLICE}.</p>"]
-        for column, body in tables:
-            parts += [f"<h3>By {html.escape(column)}</h3>",
-                      _table(list(SLICE_HEADERS), [list(row) for row in body]) if body else
-                      '<p class="note">No request with a clean round.</p>']
-    if "anomalies" in doc:
-        parts += ["<h2>Requests to look at</h2>", _anomalies(doc)]
-    gates = doc.get("gates") or []
-    if gates:
-        by_dep: dict[str, dict[str, str]] = defaultdict(dict)
-        for g in gates:
-            by_dep[g["deployment_id"]][g["gate"]] = g["status"].upper()
-        names = ("correctness", "quality", "latency", "capacity")
-        parts += ["<h2>Deployment gates</h2>",
-                  _table(["deployment", *names], [[dep, *(row.get(n, DASH) for n in names)]
-                                                  for dep, row in by_dep.items()])]
-    if doc.get("notes"):
-        parts.append("<h2>Notes</h2><ul>" + "".join(f'<li class="note">{html.escape(n)}</li>'
-                                                   for n in doc["notes"]) + "</ul>")
-    body = "\n".join(parts)
+        parts.append('<section id="trend"><h2>Trend</h2>' + _trend_chart(history) + "</section>")
+    parts += body
+    page = "\n".join(p for p in parts if p)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n")
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n{page}\n</body></html>\n")

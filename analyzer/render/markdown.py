@@ -418,8 +418,33 @@ def _context(doc: dict) -> str:
         return ""
     return ("## 9. Context length\n\n"
             "Longer contexts make every verified position's attention dearer; t0 is matched on batch and "
-            "context bucket where the baseline has rounds there.\n\n"
+            "context bucket where the baseline has rounds there. " + context_remark(doc["context_curve"]) + "\n\n"
             + _curve_table(doc["context_curve"], "context_bucket", "context"))
+
+
+def context_remark(curve: list[dict]) -> str:
+    """What confounds the context curve: each bucket's rows ran at their own batch sizes.
+    Names the deployments whose round time falls from the shortest to the longest context
+    bucket, which dearer attention cannot explain."""
+    from ..analysis.buckets import labels
+
+    order = {label: i for i, label in enumerate(labels("context"))}
+    by_dep: dict[str, list[dict]] = defaultdict(list)
+    for row in curve:
+        if not is_missing(row["round_ms"]) and row["context_bucket"] in order:
+            by_dep[row["deployment_id"]].append(row)
+    falling = []
+    for dep, rows in by_dep.items():
+        rows = sorted(rows, key=lambda r: order[r["context_bucket"]])
+        if len(rows) > 1 and rows[-1]["round_ms"] < rows[0]["round_ms"]:
+            falling.append(dep)
+    text = ("The rows are not at equal load: each context bucket ran at its own mix of batch sizes, so a "
+            "difference between rows mixes context length with batch size.")
+    if falling:
+        who = "every deployment" if len(falling) == len(by_dep) else ", ".join(falling)
+        text += (f" Round time falls from the shortest to the longest context bucket for {who}: dearer "
+                 "attention cannot explain that, smaller batches at the longer contexts can.")
+    return text
 
 
 def _trees(doc: dict) -> str:
