@@ -130,7 +130,9 @@ def test_gate_checks_keep_value_threshold_and_status(sample_report):
 
 VERDICT = [{"deployment_id": "eagle-dyn-bf16", "action": "ship", "text": "Ship eagle-dyn-bf16: 1.45× faster."},
            {"deployment_id": "eagle-fp8", "action": "dont_ship", "text": "Don't ship eagle-fp8: 0.79× (slower)."}]
-REGRESSIONS = [{"deployment_id": "spec", "metric": "speedup", "value": 1.8, "baseline": 2.0, "change": -0.1}]
+REGRESSIONS = [{"deployment_id": "spec", "metric": "speedup", "value": 1.8, "baseline": 2.0, "change": -0.1,
+                "limit": 0.05}]
+CHECKED = {"status": "checked", "earlier_dates": 5, "needed": 3, "window_days": 7, "not_checked": []}
 
 
 def test_what_to_do_box_has_the_verdict_then_the_regressions():
@@ -149,7 +151,10 @@ def test_page_opens_with_the_box(sample_report):
     page = html.render(doc)
     assert page.index("<h1>") < page.index('<div class="todo">') < page.index("Input rows:")
     assert page.count("Ship eagle-dyn-bf16: 1.45× faster.") == 1
-    assert '<div class="todo">' not in sample_report["html"]     # no verdict key, no regressions: no box
+    # the sample's own verdict opens its page; a document with neither verdict nor regressions has no box
+    assert sample_report["html"].index('<div class="todo">') < sample_report["html"].index("Input rows:")
+    bare = {k: v for k, v in copy.deepcopy(sample_report["doc"]).items() if k != "verdict"}
+    assert '<div class="todo">' not in html.render(bare)
 
 
 def test_verdict_lines_the_markdown_writes_are_shown_once(sample_report, monkeypatch):
@@ -162,12 +167,14 @@ def test_verdict_lines_the_markdown_writes_are_shown_once(sample_report, monkeyp
 
 
 def test_regressions_section_gives_way_to_the_box_only_when_there_are_some(sample_report):
-    doc = dict(copy.deepcopy(sample_report["doc"]), regressions=REGRESSIONS, date="2026-11-28")
+    doc = dict(copy.deepcopy(sample_report["doc"]), regressions=REGRESSIONS, regression_check=CHECKED,
+               date="2026-11-28")
     page = html.render(doc)
     assert "<h2>Regressions</h2>" not in page and "spec: speedup 1.800 vs median 2.000 (-10.0%)" in page
     quiet = html.render(dict(doc, regressions=[]))
     assert "<h2>Regressions</h2>" in quiet
-    assert "None: no headline metric moved past its threshold (2026-11-28)." in quiet
+    assert htmllib.escape("None — no headline metric moved past both its threshold and the spread of the "
+                          "window's 5 earlier dates.") in quiet
 
 
 # --------------------------------------------------------------------------- shared sentences and chart inputs

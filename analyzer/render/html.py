@@ -293,7 +293,8 @@ def _what_to_do(doc: dict) -> str:
     # the lines the Markdown's "What to do" shows: every speculative deployment, and a
     # baseline only when it fails a gate
     verdict = [v for v in doc.get("verdict") or [] if v["action"] != "baseline" or "gate fails" in v["text"]]
-    lines = [f'<li class="{html.escape(v["action"])}">{html.escape(v["text"])}</li>' for v in verdict]
+    # the text is the Markdown line: its `config` span becomes code
+    lines = [f'<li class="{html.escape(v["action"])}">{md_blocks.inline(v["text"])}</li>' for v in verdict]
     box = []
     if doc.get("regressions"):
         items = "".join(f"<li>{html.escape(r['deployment_id'])}: {html.escape(r['metric'])} "
