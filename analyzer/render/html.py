@@ -292,7 +292,9 @@ def _what_to_do(doc: dict) -> str:
     the document has neither."""
     # the lines the Markdown's "What to do" shows: every speculative deployment, and a
     # baseline only when it fails a gate
-    verdict = [v for v in doc.get("verdict") or [] if v["action"] != "baseline" or "gate fails" in v["text"]]
+    verdict = doc.get("verdict") or []
+    verdict = ([v for v in verdict if v["action"] != "baseline"]
+               + [v for v in verdict if v["action"] == "baseline" and "gate fails" in v["text"]])
     # the text is the Markdown line: its `config` span becomes code
     lines = [f'<li class="{html.escape(v["action"])}">{md_blocks.inline(v["text"])}</li>' for v in verdict]
     box = []
@@ -377,6 +379,8 @@ def render(doc: dict[str, Any], history=None, title: str = "specan report") -> s
             continue
         if section.title == "Regressions" and doc.get("regressions"):
             continue                                       # the first box lists them
+        if section.title == "What to do" and doc.get("verdict"):
+            continue                                       # the first box is this section
         blocks, shows = _prune(blocks)
         if not shows:
             left_out.append(section.title)
