@@ -42,27 +42,20 @@ CHECK_LABELS: dict[str, tuple[str, str]] = {
 AT_LEAST_CHECKS = {"match_rate", "speedup"}
 
 
-def _value(kind: str, value: float) -> str:
+def _number(kind: str, value: float, *, unit: bool) -> str:
+    """A check's value (``unit``: with "ms") or its threshold, as a sentence writes it."""
     if kind == "pct":
         return f"{value:.1%}"
     if kind == "ms":
-        return f"{value:,.0f} ms"
-    return f"{value:.{int(kind)}f}"
-
-
-def _threshold(kind: str, value: float) -> str:
-    if kind == "pct":
-        return f"{value:.1%}"
-    if kind == "ms":
-        return f"{value:,.0f}"
-    return f"{value:g}"
+        return f"{value:,.0f} ms" if unit else f"{value:,.0f}"
+    return f"{value:.{int(kind)}f}" if unit else f"{value:g}"
 
 
 def failed_check_text(check: dict[str, Any]) -> str:
     """ "TTFT p99 4,352 ms > 2,000" for a failed check."""
     label, kind = CHECK_LABELS.get(check["name"], (check["name"], "3"))
     op = "<" if check["name"] in AT_LEAST_CHECKS else ">"
-    return f"{label} {_value(kind, check['value'])} {op} {_threshold(kind, check['threshold'])}"
+    return f"{label} {_number(kind, check['value'], unit=True)} {op} {_number(kind, check['threshold'], unit=False)}"
 
 
 def _failed(gates: list[dict], deployment_id: str) -> dict[str, list[str]]:
