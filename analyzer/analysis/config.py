@@ -14,6 +14,7 @@ prints it and exits 2.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -27,21 +28,35 @@ from ..errors import InputProblem
 DEFAULT_CONFIG_TOML = """\
 [gates.correctness]          # matches_reference = true / requests where it is not null
 min_match_rate = 1.0
+max_failed_share_rise = 0.01 # failed requests (error, abort): share above the baseline's, absolute
 [gates.quality]              # baseline's mean quality_score − this one's (absolute)
 max_quality_drop = 0.01
 [gates.latency]              # ms, per deployment
 ttft_p99_ms = 2000
 tpot_p95_ms = 60
 max_stall_p99_ms = 250
+max_worsening = 0.25         # worse than the matched baseline's value by more than this blocks
+# per check: ttft_p99_ms_max_worsening, tpot_p95_ms_max_worsening, max_stall_p99_ms_max_worsening
 [gates.capacity]
-min_speedup = 1.0
+min_speedup = 1.0            # the speedup interval's lower bound must clear it to ship
+min_speedup_coverage = 0.5   # share of committed tokens the speedup must cover to ship
 max_preemptions_per_request = 0.05
+[evidence]                   # below these the report says "not enough data" instead of deciding
+min_baseline_steps = 20      # a batch bucket's t0 needs this many baseline decode steps there
+min_baseline_requests = 10   # ... and this many baseline requests
+min_context_cell_rounds = 200  # a by-context cell's k may differ from the overall one from here
+min_fit_r2 = 0.5             # a round-cost fit extrapolates to unmeasured γ only above this R²
+[intervals]                  # the bootstrap of the 95% intervals (docs/metrics.md)
+replicates = 2000
+seed = 0
 [regression]                 # nightly only: today against the median of the previous days
 window_days = 7
 min_history_dates = 3        # earlier dates in the window before anything is flagged
 max_accept_length_drop = 0.05
 max_speedup_drop = 0.05
 max_tpot_p99_rise = 0.10
+[nightly]
+# accept_since = 2026-11-28  # re-baseline: a lasting change from this date on is the new normal
 [anomalies]                  # report: requests to look at (docs/metrics.md)
 looping_min_output_tokens = 64
 looping_min_self_repeat_ratio = 0.8
@@ -64,6 +79,9 @@ class ConfigError(InputProblem):
 @dataclass(frozen=True)
 class CorrectnessGate:
     min_match_rate: float = 1.0
+    # failed requests (finish_reason error or abort): their share may exceed the
+    # matched baseline's by this much (absolute: 0.01 is one percentage point)
+    max_failed_share_rise: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -76,11 +94,24 @@ class LatencyGate:
     ttft_p99_ms: float = 2000.0
     tpot_p95_ms: float = 60.0
     max_stall_p99_ms: float = 250.0
+    # A check worse than the matched baseline's value by more than this fraction is
+    # speculation's own doing and blocks; per check, <check>_max_worsening overrides it.
+    max_worsening: float = 0.25
+    ttft_p99_ms_max_worsening: float | None = None
+    tpot_p95_ms_max_worsening: float | None = None
+    max_stall_p99_ms_max_worsening: float | None = None
+
+    def worsening_limit(self, check: str) -> float:
+        """The tolerance of one latency check: its own override, else max_worsening."""
+        own = getattr(self, f"{check}_max_worsening", None)
+        return self.max_worsening if own is None else own
 
 
 @dataclass(frozen=True)
 class CapacityGate:
     min_speedup: float = 1.0
+    # the speedup decides only when it covers this share of the deployment's committed tokens
+    min_speedup_coverage: float = 0.5
     max_preemptions_per_request: float = 0.05
 
 
@@ -106,6 +137,43 @@ class Regression:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """Sample-size floors: below them a number is reported but does not decide."""
+
+    # a batch bucket's t0 (the baseline's time per token there) needs this many of the
+    # baseline's decode-only steps and requests in it; else the bucket leaves the speedup
+    min_baseline_steps: int = 20
+    min_baseline_requests: int = 10
+    # a (context, batch) cell of recommend --by-context may differ from the overall k
+    # only with this many decode rounds
+    min_context_cell_rounds: int = 200
+    # a round-cost fit predicts the γ that never ran only with at least this R²
+    min_fit_r2: float = 0.5
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """The Poisson bootstrap of the 95 % intervals (docs/metrics.md)."""
+
+    replicates: int = 2000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Nightly:
+    """``accept_since``: a date (every deployment) or deployment_id → date. From that date
+    on a lasting change is the new normal: earlier dates leave the regression window."""
+
+    accept_since: Any = None
+
+    def accepted_from(self, deployment_id: str):
+        """The re-baselining date of a deployment, or None."""
+        if isinstance(self.accept_since, dict):
+            return self.accept_since.get(deployment_id)
+        return self.accept_since
+
+
+@dataclass(frozen=True)
 class Anomalies:
     """The rules of the request_anomalies view; the view reads them as SQL macros of the
     same names (analyzer/analysis/views.py, anomaly_macros_sql)."""
@@ -121,13 +189,25 @@ class Anomalies:
 @dataclass(frozen=True)
 class Config:
     gates: Gates = field(default_factory=Gates)
+    evidence: Evidence = field(default_factory=Evidence)
+    intervals: Intervals = field(default_factory=Intervals)
     regression: Regression = field(default_factory=Regression)
+    nightly: Nightly = field(default_factory=Nightly)
     anomalies: Anomalies = field(default_factory=Anomalies)
     source: str | None = field(default=None, compare=False)   # the file it came from, if any
 
     def as_dict(self) -> dict[str, Any]:
-        """The settings as nested dicts (for a report's JSON); ``source`` is left out."""
-        return {"gates": dataclasses.asdict(self.gates), "regression": dataclasses.asdict(self.regression),
+        """The settings as nested dicts (for a report's JSON); ``source`` is left out, and so
+        are optional keys that are not set (TOML has no null)."""
+        def unset_dropped(value):
+            if isinstance(value, dict):
+                return {k: unset_dropped(v) for k, v in value.items() if v is not None}
+            return value
+
+        return {"gates": unset_dropped(dataclasses.asdict(self.gates)),
+                "evidence": dataclasses.asdict(self.evidence), "intervals": dataclasses.asdict(self.intervals),
+                "regression": dataclasses.asdict(self.regression),
+                "nightly": unset_dropped(dataclasses.asdict(self.nightly)),
                 "anomalies": dataclasses.asdict(self.anomalies)}
 
 
@@ -137,7 +217,10 @@ _SECTIONS: dict[str, type] = {
     "gates.quality": QualityGate,
     "gates.latency": LatencyGate,
     "gates.capacity": CapacityGate,
+    "evidence": Evidence,
+    "intervals": Intervals,
     "regression": Regression,
+    "nightly": Nightly,
     "anomalies": Anomalies,
 }
 _GROUPS = {"gates": ("correctness", "quality", "latency", "capacity")}
@@ -145,6 +228,13 @@ _GROUPS = {"gates": ("correctness", "quality", "latency", "capacity")}
 # Extra range checks: a value outside makes a gate meaningless rather than strict.
 _RANGES: dict[str, tuple[float, float]] = {
     "gates.correctness.min_match_rate": (0.0, 1.0),
+    "gates.correctness.max_failed_share_rise": (0.0, 1.0),
+    "gates.latency.max_worsening": (0.0, math.inf),
+    "gates.latency.ttft_p99_ms_max_worsening": (0.0, math.inf),
+    "gates.latency.tpot_p95_ms_max_worsening": (0.0, math.inf),
+    "gates.latency.max_stall_p99_ms_max_worsening": (0.0, math.inf),
+    "gates.capacity.min_speedup_coverage": (0.0, 1.0),
+    "evidence.min_fit_r2": (0.0, 1.0),
     "anomalies.looping_min_self_repeat_ratio": (0.0, 1.0),
     "anomalies.no_acceptance_min_deployment_acceptance": (0.0, 1.0),
     "anomalies.stall_min_ms": (0.0, math.inf),
@@ -183,7 +273,8 @@ def parse_config(data: dict[str, Any], source: str | None = None) -> Config:
         else:
             kind = "section" if isinstance(content, dict) else "key outside any section"
             raise ConfigError(source, top, f"unknown {kind}; expected the sections gates.correctness, "
-                                           "gates.quality, gates.latency, gates.capacity, regression and anomalies")
+                                           "gates.quality, gates.latency, gates.capacity, evidence, intervals, "
+                                           "regression, nightly and anomalies")
     built = {name: cls(**values[name]) for name, cls in _SECTIONS.items()}
     regression = built["regression"]
     # The window never holds more than window_days earlier dates, so a larger minimum
@@ -200,7 +291,10 @@ def parse_config(data: dict[str, Any], source: str | None = None) -> Config:
     return Config(
         gates=Gates(correctness=built["gates.correctness"], quality=built["gates.quality"],
                     latency=built["gates.latency"], capacity=built["gates.capacity"]),
+        evidence=built["evidence"],
+        intervals=built["intervals"],
         regression=built["regression"],
+        nightly=built["nightly"],
         anomalies=built["anomalies"],
         source=source,
     )
@@ -223,13 +317,20 @@ def _section(source, name: str, content: Any) -> dict[str, Any]:
     return out
 
 
+# integers that may be 0 (a seed); every other integer key counts something and is at least 1
+_ZERO_ALLOWED = {"intervals.seed"}
+
+
 def _coerce(source, dotted: str, value: Any, declared: Any) -> Any:
     # Annotations are strings under ``from __future__ import annotations``.
+    if dotted == "nightly.accept_since":
+        return _accept_since(source, dotted, value)
     if declared in (int, "int"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(source, dotted, f"expected an integer, found {_describe(value)}")
-        if value < 1:
-            raise ConfigError(source, dotted, f"expected an integer of at least 1, found {value}")
+        least = 0 if dotted in _ZERO_ALLOWED else 1
+        if value < least:
+            raise ConfigError(source, dotted, f"expected an integer of at least {least}, found {value}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(source, dotted, f"expected a number, found {_describe(value)}")
@@ -243,9 +344,26 @@ def _coerce(source, dotted: str, value: Any, declared: Any) -> Any:
     return number
 
 
+def _accept_since(source, dotted: str, value: Any):
+    """A TOML date (``2026-11-28``, every deployment), or a table of deployment_id = date."""
+    def one(key: str, v: Any) -> dt.date:
+        if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+            return v
+        if isinstance(v, str):
+            try:
+                return dt.date.fromisoformat(v)
+            except ValueError:
+                pass
+        raise ConfigError(source, key, f"expected a date (YYYY-MM-DD), found {_describe(v)}")
+
+    if isinstance(value, dict):
+        return {str(dep): one(f"{dotted}.{dep}", v) for dep, v in value.items()}
+    return one(dotted, value)
+
+
 def _describe(value: Any) -> str:
     kinds = {bool: "a boolean", str: "a string", dict: "a table", list: "an array",
-             int: "an integer", float: "a float"}
+             int: "an integer", float: "a float", dt.datetime: "a date-time", dt.date: "a date"}
     kind = next((name for typ, name in kinds.items() if isinstance(value, typ)), type(value).__name__)
     shown = repr(value)
     return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
