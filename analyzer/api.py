@@ -347,6 +347,7 @@ def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tup
 
 def report_document(ws: Workspace, config=None, progress: Progress | None = None) -> dict:
     """The report as a JSON-ready document (docs/metrics.md), with gate results under ``gates``."""
+    from .analysis.evidence import speedup_evidence
     from .analysis.gates import evaluate_gates
     from .analysis.metrics import collect
     from .analysis.verdict import verdicts
@@ -365,8 +366,9 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
     doc["quantization"] = quant_matrix(ws.con)
     if progress:
         progress("evaluating gates")
-    doc["gates"] = evaluate_gates(ws.con, config)
-    doc["verdict"] = verdicts(doc)
+    evidence = speedup_evidence(doc)
+    doc["gates"] = evaluate_gates(ws.con, config, evidence)
+    doc["verdict"] = verdicts(doc, evidence, config)
     return doc
 
 
@@ -381,9 +383,10 @@ def tuning_document(con, deployment_ids: list[str]) -> dict:
 
 
 def gates_failed(doc: dict) -> bool:
-    from .analysis.gates import any_failed
+    """A check blocks some speculative deployment (``report --check``, ``nightly``: exit 1)."""
+    from .analysis.verdict import any_blocked
 
-    return any_failed(doc.get("gates", []))
+    return any_blocked(doc.get("verdict") or [])
 
 
 def to_json(doc) -> str:

@@ -42,6 +42,7 @@ min_speedup = 1.0            # the speedup interval's lower bound must clear it 
 min_speedup_coverage = 0.5   # share of committed tokens the speedup must cover to ship
 max_preemptions_per_request = 0.05
 [evidence]                   # below these the report says "not enough data" instead of deciding
+min_requests = 10            # a deployment's speedup decides only with this many of its requests
 min_baseline_steps = 20      # a batch bucket's t0 needs this many baseline decode steps there
 min_baseline_requests = 10   # ... and this many baseline requests
 min_context_cell_rounds = 200  # a by-context cell's k may differ from the overall one from here
@@ -140,6 +141,9 @@ class Regression:
 class Evidence:
     """Sample-size floors: below them a number is reported but does not decide."""
 
+    # the deployment's own requests behind the speedup it is judged by: with fewer, a
+    # bootstrap over them says nothing about its traffic
+    min_requests: int = 10
     # a batch bucket's t0 (the baseline's time per token there) needs this many of the
     # baseline's decode-only steps and requests in it; else the bucket leaves the speedup
     min_baseline_steps: int = 20

@@ -1,29 +1,55 @@
 """The four deployment gates of the seed (8.2): correctness, quality, latency and
 capacity (docs/commands.md, "Gates").
 
-    >>> from analyzer import api, gates
-    >>> from analyzer.config import load_config
+    >>> from analyzer import api
+    >>> from analyzer.analysis.config import load_config
+    >>> from analyzer.analysis.gates import evaluate_gates, blocking_checks
     >>> ws = api.open_traces("sample_traces/")
-    >>> results = gates.evaluate_gates(ws.con, load_config(None))
-    >>> gates.any_failed(results)
+    >>> results = evaluate_gates(ws.con, load_config(None))
 
-The values come from the view ``gate_inputs`` (sql/marts/gate_inputs.sql);
-this module only compares them with the thresholds of the config.
+The values come from the view ``gate_inputs`` (sql/marts/gate_inputs.sql) and, for
+the capacity gate's speedup, from the speedup the verdict decides with
+(``evidence.speedup_evidence``); this module only compares them with the thresholds
+of the config and with the matched baseline's values.
 
 Result shape, one entry per (deployment, gate)::
 
     {"deployment_id", "gate", "status", "reason",
-     "checks": [{"name", "value", "threshold", "status", "reason"}]}
+     "checks": [{"name", "value", "threshold", "baseline_value", "status", "reason", ...}]}
 
-- status is ``pass``, ``fail`` or ``unknown``. A check is unknown when its value
-  is null; the data it needs is missing. A gate fails when any check fails, is
-  otherwise unknown when any check is unknown, and passes only when every check
-  passes: unknown is never reported as pass.
-- ``reason`` (check) says why an unknown check is unknown, and is null otherwise.
-  ``reason`` (gate) joins the reasons of its unknown checks, or is null.
+- A check's status is ``pass``, ``fail``, ``shared`` or ``unknown``. A check is
+  unknown when its value is null (the data it needs is missing, ``reason`` says
+  which) and, for the speedup, when its interval can't tell (below).
+- **Latency checks of a speculative deployment** (TTFT p99, TPOT p95, max stall p99:
+  every check of the latency gate) are compared with the matched baseline's value
+  (``baseline_value``) as well as with the absolute threshold. The check **fails**
+  (it blocks) when the value is worse than the baseline's by more than the tolerance
+  ``[gates.latency] max_worsening`` (``<check>_max_worsening`` per check), or when it
+  misses the threshold that the baseline meets. It is **shared** when it misses the
+  threshold and the baseline misses it too, within the tolerance: a service-level
+  problem that speculation does not cause, which does not block. Without a baseline
+  value only the threshold decides. Extra keys: ``worsening`` (value ÷ baseline − 1)
+  and ``max_worsening``.
+- **failed_share** (correctness, speculative deployments): requests that ended in
+  ``error`` or ``abort``, as a share; it fails when it exceeds the baseline's share
+  by more than ``max_failed_share_rise``, and its threshold is that limit (the
+  baseline's share plus the rise).
+- **speedup** (capacity, speculative deployments): the speedup the verdict decides
+  with, on its ``basis`` (rounds, tpot or logs), with its 95 % ``interval`` and
+  ``coverage``. It is unknown below ``[evidence] min_requests`` of the deployment's
+  requests (a bootstrap over a handful of requests says nothing). It fails when the interval's upper bound is below ``min_speedup``;
+  passes when the lower bound is above it and the coverage is at least
+  ``min_speedup_coverage``; is unknown otherwise (the data can't tell, or covers too
+  little), with the reason.
+- A gate fails when any check fails; else it is unknown when any check is unknown;
+  else shared when any check is shared; it passes only when every check passes:
+  unknown is never reported as pass.
+- ``reason`` (check) says why an unknown or shared check is so, and why a latency
+  check compared with its baseline fails; null otherwise. ``reason`` (gate) joins the reasons of its unknown checks, or is null.
 - Order: deployments by id; gates correctness, quality, latency, capacity. A
-  baseline (method ``none``) gets only latency and capacity, and its capacity
-  gate has no min_speedup check.
+  baseline (method ``none``) gets only latency and capacity, each check against its
+  threshold alone, and its capacity gate has no speedup check. A baseline's failed
+  checks block nothing: it is the reference, not a rollout (``blocking_checks``).
 - Thresholds are inclusive (value ≥ a minimum, value ≤ a maximum). A value that
   equals the threshold up to floating-point rounding (relative 1e-9) passes, so
   that 0.25 − 0.24 (0.010000000000000009) does not fail a 0.01 limit.
@@ -42,12 +68,13 @@ from .config import Config
 GATES = ("correctness", "quality", "latency", "capacity")
 BASELINE_GATES = ("latency", "capacity")
 
-PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+PASS, FAIL, SHARED, UNKNOWN = "pass", "fail", "shared", "unknown"
 
 # check name -> (comparison, the threshold's key under [gates])
 AT_LEAST, AT_MOST = ">=", "<="
 CHECKS: dict[str, tuple[str, str]] = {
     "match_rate": (AT_LEAST, "correctness.min_match_rate"),
+    "failed_share": (AT_MOST, "correctness.max_failed_share_rise"),
     "quality_drop": (AT_MOST, "quality.max_quality_drop"),
     "ttft_p99_ms": (AT_MOST, "latency.ttft_p99_ms"),
     "tpot_p95_ms": (AT_MOST, "latency.tpot_p95_ms"),
@@ -59,8 +86,13 @@ CHECKS: dict[str, tuple[str, str]] = {
 _REL_TOL = 1e-9
 
 
-def evaluate_gates(con: duckdb.DuckDBPyConnection, config: Config | None = None) -> list[dict]:
-    """Every deployment's gates, in the shape described in the module docstring."""
+def evaluate_gates(con: duckdb.DuckDBPyConnection, config: Config | None = None,
+                   evidence: dict[str, dict] | None = None) -> list[dict]:
+    """Every deployment's gates, in the shape described in the module docstring.
+
+    ``evidence``: the speedup each speculative deployment is judged by
+    (``evidence.speedup_evidence``); without it, the step-based speedup of
+    ``gate_inputs`` with no interval, so its check is unknown."""
     config = config or Config()
     present = _Presence(con)
     result = con.execute("select * from gate_inputs order by deployment_id")
@@ -69,15 +101,20 @@ def evaluate_gates(con: duckdb.DuckDBPyConnection, config: Config | None = None)
     for values in result.fetchall():
         row = dict(zip(names, values))
         baseline = row["method"] == "none"
+        if not baseline:
+            row["evidence"] = (evidence or {}).get(row["deployment_id"]) or {
+                "basis": "rounds", "speedup": row["speedup"], "interval": None, "coverage": None,
+                "reason": row["speedup_note"]}
         for gate in (BASELINE_GATES if baseline else GATES):
             checks = _BUILDERS[gate](row, config, present, baseline)
             out.append(_gate(row["deployment_id"], gate, checks))
     return out
 
 
-def any_failed(gates: list[dict]) -> bool:
-    """True when some gate failed (``report --check`` and ``nightly`` exit 1)."""
-    return any(g["status"] == FAIL for g in gates)
+def blocking_checks(gates: list[dict], deployment_id: str) -> list[dict]:
+    """The checks that block a speculative deployment: every failed one (with its gate)."""
+    return [{"gate": g["gate"], **c} for g in gates if g["deployment_id"] == deployment_id
+            for c in g["checks"] if c["status"] == FAIL]
 
 
 # --------------------------------------------------------------------------- checks
@@ -111,21 +148,92 @@ def _threshold(config: Config, name: str) -> float:
     return getattr(getattr(config.gates, section), key)
 
 
-def _check(name: str, value: Any, config: Config, reason: str | None) -> dict:
-    threshold = _threshold(config, name)
+def _within(value: float, threshold: float, comparison: str) -> bool:
+    """value meets threshold (inclusive, up to floating-point rounding)."""
+    if math.isclose(value, threshold, rel_tol=_REL_TOL, abs_tol=1e-12):
+        return True
+    return value >= threshold if comparison == AT_LEAST else value <= threshold
+
+
+def _clears(value: float, minimum: float) -> bool:
+    """value is above minimum, beyond floating-point rounding: a lower bound equal to it clears nothing."""
+    return value > minimum and not math.isclose(value, minimum, rel_tol=_REL_TOL, abs_tol=1e-12)
+
+
+def _check(name: str, value: Any, config: Config, reason: str | None, *, threshold: float | None = None,
+           baseline_value: Any = None) -> dict:
+    threshold = _threshold(config, name) if threshold is None else threshold
+    baseline_value = None if baseline_value is None else float(baseline_value)
     if value is None:
-        return {"name": name, "value": None, "threshold": threshold, "status": UNKNOWN,
-                "reason": reason or f"{name} is unknown"}
+        return {"name": name, "value": None, "threshold": threshold, "baseline_value": baseline_value,
+                "status": UNKNOWN, "reason": reason or f"{name} is unknown"}
     value = float(value)
-    close = math.isclose(value, threshold, rel_tol=_REL_TOL, abs_tol=1e-12)
-    ok = close or (value >= threshold if CHECKS[name][0] == AT_LEAST else value <= threshold)
-    return {"name": name, "value": value, "threshold": threshold, "status": PASS if ok else FAIL,
-            "reason": None}
+    ok = _within(value, threshold, CHECKS[name][0])
+    return {"name": name, "value": value, "threshold": threshold, "baseline_value": baseline_value,
+            "status": PASS if ok else FAIL, "reason": None}
+
+
+def _latency_check(name: str, value: Any, baseline_value: Any, config: Config, reason: str | None,
+                   baseline: bool) -> dict:
+    """A latency check: the threshold, and for a speculative deployment its baseline's value
+    too (module docstring)."""
+    check = _check(name, value, config, reason, baseline_value=None if baseline else baseline_value)
+    if baseline:
+        return check
+    limit = config.gates.latency.worsening_limit(name)
+    check["max_worsening"] = limit
+    check["worsening"] = None
+    base = check["baseline_value"]
+    if check["status"] == UNKNOWN or base is None or base <= 0:
+        return check
+    check["worsening"] = check["value"] / base - 1
+    if not _within(check["value"], base * (1 + limit), AT_MOST):
+        check.update(status=FAIL, reason=f"{check['worsening']:+.0%} on the baseline's value (tolerance "
+                                         f"{limit:.0%}): speculation's own doing")
+    elif check["status"] == FAIL and not _within(base, check["threshold"], AT_MOST):
+        check.update(status=SHARED, reason=f"the baseline misses it too ({check['worsening']:+.0%}, within "
+                                          f"{limit:.0%}): the service level, not speculation")
+    elif check["status"] == FAIL:
+        check["reason"] = "misses the threshold that the baseline meets"
+    return check
+
+
+def _speedup_check(row: dict, config: Config) -> dict:
+    """The capacity gate's speedup: decided by its interval and coverage (module docstring)."""
+    ev = row["evidence"]
+    gate = config.gates.capacity
+    check = _check("speedup", ev["speedup"], config, ev.get("reason"))
+    check.update(basis=ev.get("basis"), interval=ev.get("interval"), coverage=ev.get("coverage"),
+                 min_coverage=gate.min_speedup_coverage)
+    if check["status"] == UNKNOWN:
+        return check
+    interval, coverage = ev.get("interval"), ev.get("coverage")
+    requests, needed = ev.get("num_requests"), config.evidence.min_requests
+    if requests is not None and requests < needed:
+        check.update(status=UNKNOWN, reason=f"it rests on {requests:,} of the deployment's requests "
+                                            f"({needed:,} needed, [evidence] min_requests)")
+    elif interval is None or None in interval:
+        check.update(status=UNKNOWN, reason="no 95% interval (too few requests to resample): the point "
+                                            "estimate alone does not decide")
+    elif not _within(interval[1], gate.min_speedup, AT_LEAST):
+        check.update(status=FAIL, reason=None)
+    elif _clears(interval[0], gate.min_speedup) and coverage is not None \
+            and _within(coverage, gate.min_speedup_coverage, AT_LEAST):
+        check.update(status=PASS, reason=None)
+    elif _clears(interval[0], gate.min_speedup):
+        share = "unknown" if coverage is None else f"{coverage:.1%}"
+        check.update(status=UNKNOWN, reason=f"it covers {share} of the deployment's committed tokens, "
+                                            f"below min_speedup_coverage ({gate.min_speedup_coverage:.0%})")
+    else:
+        check.update(status=UNKNOWN, reason=f"its 95% interval [{interval[0]:.3g}, {interval[1]:.3g}] includes "
+                                            f"min_speedup ({gate.min_speedup:g}): the data can't tell")
+    return check
 
 
 def _gate(deployment_id: str, gate: str, checks: list[dict]) -> dict:
     statuses = {c["status"] for c in checks}
-    status = FAIL if FAIL in statuses else UNKNOWN if (UNKNOWN in statuses or not checks) else PASS
+    status = (FAIL if FAIL in statuses else UNKNOWN if (UNKNOWN in statuses or not checks)
+              else SHARED if SHARED in statuses else PASS)
     reasons = [f"{c['name']}: {c['reason']}" for c in checks if c["status"] == UNKNOWN]
     return {"deployment_id": deployment_id, "gate": gate, "status": status,
             "reason": "; ".join(reasons) or None, "checks": checks}
@@ -136,7 +244,18 @@ def _correctness(row: dict, config: Config, present: _Presence, baseline: bool) 
               or ("no clean request of this deployment" if not row["num_requests"] else None)
               or ("matches_reference is null for every request of this deployment"
                   if not row["matches_checked"] else None))
-    return [_check("match_rate", row["match_rate"], config, reason)]
+    checks = [_check("match_rate", row["match_rate"], config, reason)]
+    base = row["baseline_id"]
+    failed_reason = (present.requests_missing()
+                     or ("no clean request of this deployment" if not row["num_requests"] else None)
+                     or (f"no matched baseline ({row['baseline_note'] or 'none found'})" if base is None else None)
+                     or (f"baseline {base} has no clean request" if not row["baseline_num_requests"] else None))
+    known = failed_reason is None
+    limit = (row["baseline_failed_share"] + config.gates.correctness.max_failed_share_rise) if known else \
+        config.gates.correctness.max_failed_share_rise
+    checks.append(_check("failed_share", row["failed_share"] if known else None, config, failed_reason,
+                         threshold=limit, baseline_value=row["baseline_failed_share"] if known else None))
+    return checks
 
 
 def _quality(row: dict, config: Config, present: _Presence, baseline: bool) -> list[dict]:
@@ -166,16 +285,19 @@ def _latency(row: dict, config: Config, present: _Presence, baseline: bool) -> l
         }[metric]
 
     return [
-        _check("ttft_p99_ms", row["ttft_p99_ms"], config, why("ttft", "first_token_time")),
-        _check("tpot_p95_ms", row["tpot_p95_ms"], config, why("tpot", "first_token_time")),
-        _check("max_stall_p99_ms", row["max_stall_p99_ms"], config, why("max_stall", None)),
+        _latency_check("ttft_p99_ms", row["ttft_p99_ms"], row["baseline_ttft_p99_ms"], config,
+                       why("ttft", "first_token_time"), baseline),
+        _latency_check("tpot_p95_ms", row["tpot_p95_ms"], row["baseline_tpot_p95_ms"], config,
+                       why("tpot", "first_token_time"), baseline),
+        _latency_check("max_stall_p99_ms", row["max_stall_p99_ms"], row["baseline_max_stall_p99_ms"], config,
+                       why("max_stall", None), baseline),
     ]
 
 
 def _capacity(row: dict, config: Config, present: _Presence, baseline: bool) -> list[dict]:
     checks = []
     if not baseline:
-        checks.append(_check("speedup", row["speedup"], config, row["speedup_note"]))
+        checks.append(_speedup_check(row, config))
     reason = (present.requests_missing("num_preemptions")
               or ("no clean request of this deployment" if not row["num_requests"] else None))
     checks.append(_check("preemptions_per_request", row["preemptions_per_request"], config, reason))

@@ -25,7 +25,7 @@ ACCEPTANCE_KEYS = (
 POSITION_KEYS = ("position", "drafted", "accepted", "survival", "conditional", "vllm_rate", "marginal_gain")
 CAPACITY_KEYS = ("completed_requests", "failed_requests", "preemptions_per_request", "kv_usage_mean",
                  "kv_usage_max", "candidate_kv_share", "output_tokens_per_s", "output_tokens_per_busy_s",
-                 "peak_hour_output_tokens_per_s")
+                 "peak_hour_output_tokens_per_s", "peak_hour")
 CAPACITY_BY_BATCH_KEYS = ("batch_bucket", "num_steps", "busy_s", "num_committed_tokens", "output_tokens_per_busy_s",
                           "num_gpus", "output_tokens_per_gpu_s", "time_share")
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "max_stall")
@@ -94,6 +94,10 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "nodes_per_round": d["nodes_per_round"],
             "accepted_per_node": d["accepted_per_node"],
             "num_requests": d["num_requests"],
+            # requests that ended in error or abort (the correctness gate compares the share with the baseline's)
+            "failed_requests": capacity.get(dep, {}).get("failed_requests"),
+            "failed_share": _share(capacity.get(dep, {}).get("failed_requests"),
+                                   capacity.get(dep, {}).get("num_requests")),
             "capacity": {**_pick(capacity.get(dep, {}), CAPACITY_KEYS), "by_batch": capacity_by_batch.get(dep, [])},
             "round_ms": {"mean": d["round_ms_mean"], "draft": d["round_ms_draft"],
                          "verify": d["round_ms_verify"], "other": d["round_ms_other"]},
@@ -102,6 +106,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "speedup_interval": _interval(intervals_95.get(dep), "speedup"),
             "mean_accept_length_interval": _interval(intervals_95.get(dep), "mean_accept_length"),
             "speedup_coverage": d["speedup_coverage"],
+            "speedup_note": d["speedup_note"],
             "tpot_speedup": d["tpot_speedup"],
             "prefill_round_share": d["prefill_round_share"],
             "latency_ms": dict(latency.get(dep, {})),
@@ -171,6 +176,10 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
                                    + ", repeat_n() as repeat_n")[0],
         "notes": notes,
     }
+
+
+def _share(part: int | None, whole: int | None) -> float | None:
+    return part / whole if part is not None and whole else None
 
 
 def _interval(row: dict | None, metric: str) -> list[float] | None:

@@ -1,37 +1,53 @@
 """What to do with each deployment, in one line: the first thing the report says.
 
-``verdicts(doc)`` reads the finished report document (gates, speedup, the
-recommendation of section 13) and returns, per deployment, in the order of
-``doc["deployments"]``::
+``verdicts(doc, evidence, config)`` reads the finished report document (gates, the
+recommendation of section 13) and the speedup each speculative deployment is judged by
+(``evidence.speedup_evidence``), and returns, per deployment, in the order of
+``doc["deployments"]`` (docs/metrics.md, "The verdict")::
 
-    {"deployment_id", "action", "text"}
+    {"deployment_id", "action", "basis", "config", "text", "speedup", "speedup_interval",
+     "coverage", "num_requests", "baseline_id", "baseline_num_requests",
+     "blocking": [{"gate", "check", "value", "threshold", "baseline_value"}], "shared": [...],
+     "not_checked": [gate, ...], "settle"}
 
-action is one of:
+action, decided in this order:
 
-- ``dont_ship``: a gate fails (each failing check is named with its value and
-  threshold: "TTFT p99 4,352 ms > 2,000"), or the measured speedup is not above 1;
-- ``cap``: ship, with speculation switched off above a batch size (the
-  recommended ranges end with k = 0): the config line is in the text;
-- ``ship``: ship, with the recommended config line (or as configured when there
-  is no recommendation);
-- ``unknown``: the speedup is unknown, so there is nothing to decide on;
-- ``baseline``: plain decoding, the reference of the others; its line says only
-  which gates it fails, since a gate that the baseline fails as well points at the
-  threshold rather than at speculation.
+- ``dont_ship``: a check blocks (``blocking``): a gate check failed, which includes a
+  latency check that speculation made worse than its baseline's beyond the tolerance,
+  and a speedup whose 95 % interval lies below ``min_speedup``;
+- ``unknown``: there is no speedup to decide with (``basis`` null, or its value null);
+  ``settle`` says which data would decide it;
+- ``inconclusive``: the speedup's interval includes ``min_speedup``, or the speedup
+  covers less than ``min_speedup_coverage`` of the committed tokens; ``settle`` says
+  what would settle it (more requests, a baseline at the missing batch sizes);
+- ``cap``: ship with speculation switched off above a batch size (the recommended
+  ranges end with k = 0); ``ship``: ship with the recommended ranges, or as configured
+  when there are none; a recommendation with k = 0 everywhere is ``dont_ship``;
+- ``baseline``: plain decoding, the reference of the others; nothing is shipped, so
+  nothing blocks, and the checks it fails are listed under ``shared``: a service level
+  that holds with or without speculation.
 
-Unknown gates never count as passes: a ship or cap line names them.
+``shared`` lists the checks that miss their threshold on the deployment and on its
+baseline alike (within the tolerance): stated once, as a finding about the pair
+(``shared_findings``), never as a reason not to ship. ``config`` is the deployment's
+one config line: the same list as ``tuning.recommendations[].
+num_speculative_tokens_per_batch_size``, or null.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
+from .config import Config
+from .gates import FAIL, SHARED, UNKNOWN, blocking_checks
 from .precision import with_interval
 
 # How a check reads in a sentence: its label, and how its value is written.
 CHECK_LABELS: dict[str, tuple[str, str]] = {
     "match_rate": ("match rate", "pct"),
+    "failed_share": ("failed requests", "pct"),
     "quality_drop": ("quality drop", "4"),
     "ttft_p99_ms": ("TTFT p99", "ms"),
     "tpot_p95_ms": ("TPOT p95", "ms"),
@@ -40,6 +56,7 @@ CHECK_LABELS: dict[str, tuple[str, str]] = {
     "preemptions_per_request": ("preemptions per request", "3"),
 }
 AT_LEAST_CHECKS = {"match_rate", "speedup"}
+ENTRY_KEYS = ("gate", "check", "value", "threshold", "baseline_value")
 
 
 def _number(kind: str, value: float, *, unit: bool) -> str:
@@ -51,103 +68,231 @@ def _number(kind: str, value: float, *, unit: bool) -> str:
     return f"{value:.{int(kind)}f}" if unit else f"{value:g}"
 
 
+def _label(name: str) -> tuple[str, str]:
+    return CHECK_LABELS.get(name, (name, "3"))
+
+
 def failed_check_text(check: dict[str, Any]) -> str:
-    """ "TTFT p99 4,352 ms > 2,000" for a failed check."""
-    label, kind = CHECK_LABELS.get(check["name"], (check["name"], "3"))
+    """ "TTFT p99 4,352 ms > 2,000" for a check that misses its threshold."""
+    label, kind = _label(check["name"])
     op = "<" if check["name"] in AT_LEAST_CHECKS else ">"
     return f"{label} {_number(kind, check['value'], unit=True)} {op} {_number(kind, check['threshold'], unit=False)}"
 
 
-def _failed(gates: list[dict], deployment_id: str) -> dict[str, list[str]]:
-    """Per failed gate of the deployment, its failed checks as text."""
-    return {g["gate"]: [failed_check_text(c) for c in g["checks"] if c["status"] == "fail"]
-            for g in gates if g["deployment_id"] == deployment_id and g["status"] == "fail"}
+def blocking_text(check: dict[str, Any], baseline_id: str | None) -> str:
+    """Why one blocking check blocks, against the baseline where it was compared with it."""
+    label, kind = _label(check["name"])
+    base = check.get("baseline_value")
+    if check["name"] == "failed_share" and base is not None:
+        return (f"{label} {_number(kind, check['value'], unit=True)} vs {_number(kind, base, unit=True)} on "
+                f"{baseline_id} (more than {100 * (check['threshold'] - base):.1f} percentage points above)")
+    worsening, limit = check.get("worsening"), check.get("max_worsening")
+    if worsening is not None and limit is not None and worsening > limit:
+        times = check["value"] / base
+        change = f"{times:.1f}× its baseline's" if times >= 2 else f"{worsening:.0%} above its baseline's"
+        return (f"speculation makes {label} {_number(kind, check['value'], unit=True)}, {change} "
+                f"{_number(kind, base, unit=True)} ({baseline_id}; the tolerance is {limit:.0%})")
+    if base is not None:
+        return f"{failed_check_text(check)}, which {baseline_id} meets ({_number(kind, base, unit=True)})"
+    return failed_check_text(check)
 
 
-def _unknown(gates: list[dict], deployment_id: str) -> list[str]:
-    return [g["gate"] for g in gates if g["deployment_id"] == deployment_id and g["status"] == "unknown"]
+def shared_text(check: dict[str, Any], deployments: list[tuple[str, float]], baseline_id: str) -> str:
+    """ "TTFT p99 misses 2,000 ms with or without speculation: 3,898 vs 3,597 ms (eagle-dyn-bf16 vs
+    base-bf16)"; with several deployments of one baseline, each one's value."""
+    label, kind = _label(check["name"])
+    unit = " ms" if kind == "ms" else ""
 
+    def shown(v: float) -> str:
+        return _number(kind, v, unit=False)
 
-def _gate_clause(failed: dict[str, list[str]]) -> str:
-    return "; ".join(f"the {gate} gate fails ({', '.join(checks)})" for gate, checks in failed.items())
+    head = f"{label} misses {shown(check['threshold'])}{unit} with or without speculation: "
+    if len(deployments) == 1:
+        dep, value = deployments[0]
+        return f"{head}{shown(value)} vs {shown(check['baseline_value'])}{unit} ({dep} vs {baseline_id})"
+    values = [f"{dep} {shown(value)}" for dep, value in deployments]
+    return f"{head}{', '.join(values[:-1])} and {values[-1]} vs {baseline_id} {shown(check['baseline_value'])}{unit}"
 
 
 def _config(ranges: list[list[int]]) -> str:
     return f'`"num_speculative_tokens_per_batch_size": {json.dumps(ranges)}`'
 
 
-def verdicts(doc: dict[str, Any], shown_speedup=None) -> list[dict[str, Any]]:
-    """One verdict per deployment (see the module docstring). ``shown_speedup(deployment)``
-    writes a deployment's speedup; by default to the decimals its 95 % interval supports,
-    with the interval."""
+def _entry(check: dict[str, Any]) -> dict[str, Any]:
+    return {"gate": check["gate"], "check": check["name"], "value": check["value"],
+            "threshold": check["threshold"], "baseline_value": check.get("baseline_value")}
+
+
+def _ratio(value: float, interval: list[float] | None) -> str:
+    return with_interval(value, *(interval or (None, None)), suffix="×")
+
+
+def gain_text(ev: dict[str, Any]) -> str:
+    """The speedup a verdict rests on, with its interval and what it is measured on."""
+    shown = _ratio(ev["speedup"], ev.get("interval"))
+    base = ev["baseline_id"]
+    coverage = f"{ev['coverage']:.0%}" if ev.get("coverage") is not None else "an unknown share"
+    requests = f"{ev['num_requests']:,} requests" if ev.get("num_requests") else "its requests"
+    if ev["basis"] == "tpot":
+        return (f"{shown} the output-token rate of {base} by request timings, not matched on batch size, "
+                f"on {coverage} of its output tokens ({requests})")
+    if ev["basis"] == "logs":
+        return (f"{shown} the throughput of {base} from engine logs at the same running requests, on "
+                f"{coverage} of its generated tokens")
+    return f"{shown} the throughput of {base} on {coverage} of its tokens ({requests})"
+
+
+def _settle(ev: dict[str, Any], check: dict[str, Any], d: dict[str, Any], config: Config) -> str:
+    """What would settle an inconclusive speedup: more requests, or a baseline where it ran."""
+    gate = config.gates.capacity
+    coverage, interval = ev.get("coverage"), ev.get("interval")
+    if interval and interval[0] > gate.min_speedup and (coverage is None or coverage < gate.min_speedup_coverage):
+        missing = [u for u in d.get("uncovered_buckets") or [] if u.get("committed_share")]
+        if ev["basis"] == "rounds" and missing:
+            where = ", ".join(u["batch_bucket"] for u in missing)
+            share = sum(u["committed_share"] for u in missing)
+            return (f"a baseline that ran at batch {where} (where {share:.0%} of its tokens ran, enough "
+                    f"steps and requests for a t0) would settle it")
+        return f"a baseline that ran the traffic it ran (at least {gate.min_speedup_coverage:.0%} of its tokens) would settle it"
+    if not interval or None in interval:
+        return "more requests, enough to resample, would settle it"
+    half = (interval[1] - interval[0]) / 2
+    distance = abs(ev["speedup"] - gate.min_speedup)
+    n = ev.get("num_requests")
+    if half <= 0 or distance <= 0.2 * half or not n:
+        return "more requests would settle it only if the speedup moved: it sits at min_speedup"
+    factor = (half / distance) ** 2
+    return (f"about {factor:.1f}× its requests (≈ {math.ceil(n * factor):,}) would settle it, if the speedup "
+            "stays where it is")
+
+
+def _undecided_settle(ev: dict[str, Any], d: dict[str, Any], doc: dict[str, Any]) -> str:
+    """Which data would decide a deployment that has no speedup at all."""
+    dep, base = d["deployment_id"], d.get("baseline_id")
+    if base is None:
+        return (f"a plain-decoding deployment (method none) of model {d.get('model')} with target_quant "
+                f"{d.get('target_quant')}, or its baseline_id set, would decide it")
+    logged = {r["deployment_id"] for r in doc.get("intervals") or []}
+    if dep in logged and base not in logged:
+        return (f"the log of {base} would decide it: `specan import vllm-log BASELINE.log --deployment {base} "
+                "--out TRACES` (or sglang-log), then the report again")
+    if ev["basis"] == "rounds":
+        return (f"steps of {base} at the batch sizes {dep} ran (enough steps and requests for a t0 there) "
+                "would decide it")
+    return f"request timings (first_token_time, finish_time) of both {dep} and {base} would decide it"
+
+
+def verdicts(doc: dict[str, Any], evidence: dict[str, dict], config: Config | None = None) -> list[dict[str, Any]]:
+    """One verdict per deployment (see the module docstring)."""
+    config = config or Config()
     gates = doc.get("gates") or []
     recommendations = {r["deployment_id"]: r for r in (doc.get("tuning") or {}).get("recommendations") or []}
-    show = shown_speedup or (lambda d: with_interval(d["speedup"], *(d.get("speedup_interval") or (None, None)),
-                                                     suffix="×"))
+    served = {}
+    for d in doc["deployments"]:
+        if d.get("baseline_id"):
+            served.setdefault(d["baseline_id"], []).append(d["deployment_id"])
     out = []
     for d in doc["deployments"]:
         dep = d["deployment_id"]
-        failed = _failed(gates, dep)
+        mine = [{"gate": g["gate"], **c} for g in gates if g["deployment_id"] == dep for c in g["checks"]]
         if d["method"] == "none":
-            text = (f"{dep} is plain decoding, the baseline of the others"
-                    + (f", and {_gate_clause(failed)}" if failed else "") + ".")
-            out.append({"deployment_id": dep, "action": "baseline", "text": text})
+            failing = [c for c in mine if c["status"] == FAIL]
+            text = f"{dep} is plain decoding, the baseline of " + (
+                ", ".join(served[dep]) if dep in served else "no deployment here") + "."
+            if failing:
+                text += (" It misses " + ", ".join(failed_check_text(c) for c in failing)
+                         + ": a service level that holds with or without speculation.")
+            out.append({"deployment_id": dep, "action": "baseline", "basis": None, "config": None, "text": text,
+                        "blocking": [], "shared": [_entry(c) for c in failing], "not_checked": []})
             continue
-        baseline_failed = _failed(gates, d["baseline_id"]) if d.get("baseline_id") else {}
-        if failed:
-            text = f"Don't ship {dep}: {_gate_clause(failed)}."
-            shared = [gate for gate in failed if gate in baseline_failed]
-            if shared:
-                text += (f" Its baseline {d['baseline_id']} fails the {' and '.join(shared)} gate"
-                         f"{'s' if len(shared) > 1 else ''} too: compare with the baseline's values before "
-                         "blaming speculation.")
-            rec = recommendations.get(dep) or {}
-            ranges = rec.get("num_speculative_tokens_per_batch_size") or []
-            if d["speedup"] is not None and d["speedup"] > 1 and any(k > 0 for _, _, k in ranges):
-                text += (f" Otherwise it pays ({show(d)} the throughput of {d['baseline_id']}), with "
-                         f"{_config(ranges)}.")
-            action = "dont_ship"
-        elif d["speedup"] is None:
-            text, action = f"No verdict for {dep}: its speedup is unknown (see the notes).", "unknown"
-        elif d["speedup"] <= 1:
-            text = (f"Don't ship {dep}: {show(d)} the throughput of {d['baseline_id']}, no faster than plain "
-                    "decoding.")
-            action = "dont_ship"
-        else:
-            rec = recommendations.get(dep) or {}
-            ranges = rec.get("num_speculative_tokens_per_batch_size") or []
-            gain = f"{show(d)} the throughput of {d['baseline_id']}"
-            if ranges and ranges[-1][2] == 0 and any(k > 0 for _, _, k in ranges):
-                cap = max(end for _, end, k in ranges if k > 0)
-                text = f"Ship {dep} with speculation capped at batch {cap}: {_config(ranges)} ({gain})."
-                action = "cap"
-            elif ranges and all(k == 0 for _, _, k in ranges):
-                text = (f"Don't ship {dep}: no batch size is predicted to gain from speculation, though it "
-                        f"measured {gain}; see section 13.")
-                action = "dont_ship"
-            elif ranges:
-                text, action = f"Ship {dep} with {_config(ranges)} ({gain}).", "ship"
-            else:
-                text = (f"Ship {dep} as configured (num_speculative_tokens {d['num_speculative_tokens']}): {gain}; "
-                        "no per-batch recommendation (see section 13).")
-                action = "ship"
-            unknown = _unknown(gates, dep)
-            if unknown:
-                text += f" Not checked: the {', '.join(unknown)} gate{'s' if len(unknown) > 1 else ''} (data missing)."
-        out.append({"deployment_id": dep, "action": action, "text": text})
+        out.append(_speculative(d, mine, evidence[dep], recommendations.get(dep) or {}, gates, doc, config))
     return out
 
 
-def shared_gate_failures(doc: dict[str, Any]) -> list[str]:
-    """The gates that every deployment, baselines included, fails."""
+def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dict], doc: dict,
+                 config: Config) -> dict[str, Any]:
+    dep, base = d["deployment_id"], d.get("baseline_id")
+    ranges = rec.get("num_speculative_tokens_per_batch_size") or None
+    blocking = blocking_checks(gates, dep)
+    shared = [c for c in mine if c["status"] == SHARED]
+    speed = next((c for c in mine if c["name"] == "speedup"), None)
+    # gates left unknown by missing data (the speedup's own unknown is the verdict's subject)
+    not_checked = [g["gate"] for g in gates if g["deployment_id"] == dep and any(
+        c["status"] == UNKNOWN and c["name"] != "speedup" for c in g["checks"])]
+    settle = None
+    pays = ranges and any(k > 0 for _, _, k in ranges)
+    if blocking:
+        action = "dont_ship"
+        reasons = []
+        for c in blocking:
+            if c["name"] == "speedup":
+                reasons.append(f"{gain_text(ev)}: slower than plain decoding")
+            else:
+                reasons.append(blocking_text(c, base))
+        text = f"Don't ship {dep}: " + "; ".join(reasons) + "."
+        if speed is not None and speed["status"] == "pass" and pays:
+            text += f" Otherwise it pays, {gain_text(ev)}, with {_config(ranges)}."
+        elif speed is not None and speed["status"] == FAIL and pays and ranges[-1][2] == 0 and ev["basis"] == "rounds":
+            cap = max(end for _, end, k in ranges if k > 0)
+            text += (f" It pays at batch sizes up to {cap}: {_config(ranges)} turns speculation off where it "
+                     "loses; measure that config before deciding again.")
+    elif ev["speedup"] is None:
+        action = "unknown"
+        settle = _undecided_settle(ev, d, doc)
+        text = f"No verdict for {dep}: its speedup is unknown ({ev['reason']}); {settle}."
+    elif speed is not None and speed["status"] == UNKNOWN:
+        action = "inconclusive"
+        settle = _settle(ev, speed, d, config)
+        text = f"Not enough data to decide {dep}: {gain_text(ev)}; {speed['reason']}. {settle[0].upper()}{settle[1:]}."
+    elif ranges and all(k == 0 for _, _, k in ranges):
+        action = "dont_ship"
+        text = (f"Don't ship {dep}: no batch size is predicted to gain from speculation, though it measured "
+                f"{gain_text(ev)}; see section Speculation length.")
+    elif ranges and ranges[-1][2] == 0:
+        action = "cap"
+        cap = max(end for _, end, k in ranges if k > 0)
+        text = f"Ship {dep} with speculation capped at batch {cap}, {_config(ranges)}: {gain_text(ev)}."
+    elif ranges:
+        action = "ship"
+        text = f"Ship {dep} with {_config(ranges)}: {gain_text(ev)}."
+    else:
+        action = "ship"
+        text = (f"Ship {dep} as configured (num_speculative_tokens {d['num_speculative_tokens']}): "
+                f"{gain_text(ev)}; no per-batch recommendation"
+                + (" (it needs steps)." if ev["basis"] != "rounds" else " (see section Speculation length)."))
+    if action in ("ship", "cap") and not_checked:
+        text += (f" Not checked: the {', '.join(not_checked)} gate{'s' if len(not_checked) > 1 else ''} "
+                 "(data missing).")
+    return {"deployment_id": dep, "action": action, "basis": ev["basis"], "config": ranges, "text": text,
+            "speedup": ev["speedup"], "speedup_interval": ev.get("interval"), "coverage": ev.get("coverage"),
+            "num_requests": ev.get("num_requests"), "baseline_id": base,
+            "baseline_num_requests": ev.get("baseline_num_requests"),
+            "blocking": [_entry(c) for c in blocking], "shared": [_entry(c) for c in shared],
+            "not_checked": not_checked, "settle": settle}
+
+
+def any_blocked(verdicts_: list[dict[str, Any]]) -> bool:
+    """True when a check blocks some speculative deployment: ``report --check`` and ``nightly``
+    exit 1. A baseline's misses and shared checks block nothing."""
+    return any(v["blocking"] for v in verdicts_)
+
+
+def shared_findings(doc: dict[str, Any]) -> list[str]:
+    """The service-level findings, once each: per baseline and check, the deployments that miss
+    the check's threshold alike with it (their shared checks); then each check a baseline misses
+    that none of its deployments shares (every one was blocked on it, say)."""
     gates = doc.get("gates") or []
-    deployments = {g["deployment_id"] for g in gates}
-    if not deployments:
-        return []
-    names = []
-    for gate in dict.fromkeys(g["gate"] for g in gates):
-        applied = [g for g in gates if g["gate"] == gate]
-        if len({g["deployment_id"] for g in applied}) == len(deployments) and all(
-                g["status"] == "fail" for g in applied):
-            names.append(gate)
-    return names
+    checks = {(g["deployment_id"], c["name"]): c for g in gates for c in g["checks"]}
+    verdict = doc.get("verdict") or []
+    grouped: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    for v in verdict:
+        if v["action"] != "baseline":
+            for s in v["shared"]:
+                grouped.setdefault((v["baseline_id"], s["check"]), []).append((v["deployment_id"], s["value"]))
+    out = [shared_text(checks[(deps[0][0], name)], deps, baseline) for (baseline, name), deps in grouped.items()]
+    for v in verdict:
+        if v["action"] == "baseline":
+            out += [f"{v['deployment_id']} (plain decoding) misses "
+                    f"{failed_check_text(checks[(v['deployment_id'], s['check'])])}"
+                    for s in v["shared"] if (v["deployment_id"], s["check"]) not in grouped]
+    return out

@@ -66,6 +66,7 @@ code { font-size: 12px; }
 .todo { background: #f3f8ff; border-left: 4px solid #0969da; padding: 4px 16px 8px; margin: 16px 0; }
 .todo h2 { border: none; margin-top: 8px; }
 .todo .ship { color: #1a7f37; } .todo .cap { color: #9a6700; } .todo .dont_ship { color: #cf222e; }
+.todo .inconclusive, .todo .unknown { color: #57606a; } .shared { color: #9a6700; font-weight: 600; }
 .regression { background: #fff1f0; border-left: 4px solid #cf222e; padding: 8px 12px; }
 """
 
@@ -114,7 +115,7 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
         cells = []
         for value in row:
             text = html.escape(str(value))
-            css = {"PASS": "pass", "FAIL": "fail", "UNKNOWN": "unknown"}.get(str(value))
+            css = {"PASS": "pass", "FAIL": "fail", "SHARED": "shared", "UNKNOWN": "unknown"}.get(str(value))
             if css is None and len(str(value)) > WRAP_AT:
                 css = "text"
             cells.append(f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>")
@@ -290,11 +291,8 @@ SECTION_CHARTS: dict[str, Callable[[dict], str]] = {
 def _what_to_do(doc: dict) -> str:
     """The first box: the verdict lines (doc["verdict"]), then any regression; "" when
     the document has neither."""
-    # the lines the Markdown's "What to do" shows: every speculative deployment, and a
-    # baseline only when it fails a gate
-    verdict = doc.get("verdict") or []
-    verdict = ([v for v in verdict if v["action"] != "baseline"]
-               + [v for v in verdict if v["action"] == "baseline" and "gate fails" in v["text"]])
+    # the lines the Markdown's "What to do" shows
+    verdict = markdown.what_to_do_lines(doc)
     # the text is the Markdown line: its `config` span becomes code
     lines = [f'<li class="{html.escape(v["action"])}">{md_blocks.inline(v["text"])}</li>' for v in verdict]
     box = []

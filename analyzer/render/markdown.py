@@ -6,6 +6,7 @@ Numbers are rounded here, for display only; the JSON keeps full precision.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -77,6 +78,11 @@ def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
     return grouped
 
 
+# The sections that need step times (round time, t0): without steps they are left out,
+# and the summary says so once, instead of tables of dashes.
+STEP_SECTIONS = ("the round ledger", "the load curve", "context length", "speculation length")
+
+
 def render(doc: dict[str, Any]) -> str:
     sections: list[Callable[[dict], str]] = [
         _header, _what_to_do, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
@@ -84,9 +90,26 @@ def render(doc: dict[str, Any]) -> str:
         _anomalies, _gates, _notes,
     ]
     if doc["input"]["rounds"] == 0 and doc.get("intervals"):
-        # Aggregate counters only (vllm-log or prometheus imports): say what is missing, show what is there.
-        sections = [_header, _counters_only, _intervals, _notes]
-    return "\n".join(part for part in (s(doc) for s in sections) if part)
+        # Aggregate counters only (vllm-log or prometheus imports): the decision, what is missing, what is there.
+        sections = [_header, _what_to_do, _findings, _counters_only, _intervals, _gates, _notes]
+    elif not has_steps(doc):
+        sections = [s for s in sections if s not in (_ledger, _load_curve, _context, _tuning)]
+    return _numbered("\n".join(part for part in (s(doc) for s in sections) if part))
+
+
+def has_steps(doc: dict) -> bool:
+    """The traces have clean steps: round times, t0 and everything built on them exist."""
+    return bool((doc["input"].get("clean_rows") or {}).get("steps", doc["input"].get("steps")))
+
+
+_NUMBERED_HEADING = re.compile(r"^## \d+\. ", re.M)
+
+
+def _numbered(text: str) -> str:
+    """Number the numbered sections in the order they appear, so a section left out
+    leaves no gap in the numbers."""
+    counter = iter(range(1, 1000))
+    return _NUMBERED_HEADING.sub(lambda _m: f"## {next(counter)}. ", text)
 
 
 def _counters_only(doc: dict) -> str:
@@ -125,10 +148,18 @@ def with_interval_of(d: dict, metric: str, suffix: str = "") -> str:
     return with_interval(d[metric], *(interval or (None, None)), suffix=suffix)
 
 
+def what_to_do_lines(doc: dict) -> list[dict]:
+    """The verdicts "What to do" shows: one per speculative deployment (ship with this
+    config, cap speculation, don't ship and why, or not enough data and what would settle
+    it). A baseline's line only when nothing speculates: what it misses with or without
+    speculation is a finding about each deployment pair instead."""
+    verdict = doc.get("verdict") or []
+    spec = [v for v in verdict if v["action"] != "baseline"]
+    return spec or verdict
+
+
 def _what_to_do(doc: dict) -> str:
-    """The verdict, one line per deployment: ship with this config, cap speculation, or don't ship and why."""
-    lines = [v["text"] for v in doc.get("verdict") or [] if v["action"] != "baseline"]
-    lines += [v["text"] for v in doc.get("verdict") or [] if v["action"] == "baseline" and "gate fails" in v["text"]]
+    lines = [v["text"] for v in what_to_do_lines(doc)]
     if not lines:
         return ""
     return "## What to do\n\n" + "\n".join(f"- {line}" for line in lines) + "\n"
@@ -192,14 +223,19 @@ def _findings(doc: dict) -> str:
         text += _latency_finding(d, baselines.get(d["baseline_id"]))
         lines.append(text)
     lines += _quant_findings(doc)
-    from ..analysis.verdict import shared_gate_failures
-
-    for gate in shared_gate_failures(doc):
-        lines.append(f"- Every deployment, baselines included, fails the {gate} gate: speculation alone "
-                     "does not explain it; check the thresholds against your service level (Deployment gates).")
+    lines += _service_level_findings(doc)
     if not lines:
         return ""
     return "## Findings\n\n" + "\n".join(lines) + "\n"
+
+
+def _service_level_findings(doc: dict) -> list[str]:
+    """Each latency target a deployment and its baseline miss alike, stated once per pair: a
+    service-level problem that speculation does not cause, so it blocks nothing."""
+    from ..analysis.verdict import shared_findings
+
+    return [f"- {sentence[0].upper()}{sentence[1:]}. A service-level problem that speculation does not cause: "
+            "it blocks nothing (Deployment gates)." for sentence in shared_findings(doc)]
 
 
 def _quant_findings(doc: dict) -> list[str]:
@@ -240,7 +276,7 @@ def _summary(doc: dict) -> str:
         (d["deployment_id"], d["method"], num(d["num_speculative_tokens"]), d["baseline_id"] or DASH,
          with_interval_of(d, "mean_accept_length"), num(d["mean_accept_length_per_request"]),
          pct(d["acceptance_rate"]), num(d["tokens_per_round"]), with_interval_of(d, "speedup", "×"),
-         pct(d["speedup_coverage"]), times(d.get("tpot_speedup")))
+         pct(d["speedup_coverage"]), with_interval_of(d, "tpot_speedup", "×"), failed_text(d))
         for d in doc["deployments"]
     ]
     return ("## 1. Summary\n\n"
@@ -254,9 +290,21 @@ def _summary(doc: dict) -> str:
             "Baselines (plain decoding) appear where they carry numbers (here, the ledger, load, latency and "
             "capacity); the acceptance tables leave them out.\n\n"
             + table(["deployment", "method", "γ", "baseline", "accept length", "per request", "acceptance",
-                     "tokens/round", "speedup", "coverage", "TPOT speedup"], body)
+                     "tokens/round", "speedup", "coverage", "TPOT speedup", "failed requests"], body)
             + "\nTPOT speedup compares time per output token from request timings alone (not matched on "
-              "batch size); it is what remains when a trace has no steps.\n")
+              "batch size); it is what remains when a trace has no steps. Failed requests ended in error or "
+              "abort (of all requests; the correctness gate compares the share with the baseline's).\n"
+            + ("" if has_steps(doc) else
+               f"\nThese traces have no steps (per-step times; a response-only import has none), so "
+               f"{', '.join(STEP_SECTIONS[:-1])} and {STEP_SECTIONS[-1]} are left out: they need round times. "
+               "The verdict rests on the TPOT speedup.\n"))
+
+
+def failed_text(d: dict) -> str:
+    """ "30 (5.0%)": failed requests and their share of the deployment's requests."""
+    if d.get("failed_requests") is None:
+        return DASH
+    return f"{d['failed_requests']:,} ({pct(d.get('failed_share'))})"
 
 
 def _ledger(doc: dict) -> str:
@@ -460,8 +508,7 @@ def _trees(doc: dict) -> str:
 def _capacity(doc: dict) -> str:
     body = [(d["deployment_id"], num(c["completed_requests"]), num(c["failed_requests"]),
              num(c["preemptions_per_request"]), pct(c["kv_usage_mean"]), pct(c["kv_usage_max"]),
-             pct(c["candidate_kv_share"], 2), num(c["output_tokens_per_busy_s"], 0),
-             num(c["peak_hour_output_tokens_per_s"], 1))
+             pct(c["candidate_kv_share"], 2), num(c["output_tokens_per_busy_s"], 0), peak_hour_text(c))
             for d in doc["deployments"] for c in [d["capacity"]]]
     parts = ["## 11. Capacity\n\n"
              "Drafts occupy KV (≈ B·γ tokens per step) and can cause preemptions: a faster round does not "
@@ -469,7 +516,7 @@ def _capacity(doc: dict) -> str:
              "engine's throughput while it works); peak-hour tok/s, those committed in the busiest clock hour "
              "÷ 3600 s (what the traffic asked of it).\n\n",
              table(["deployment", "completed", "failed", "preemptions/request", "KV mean", "KV max",
-                    "draft KV share", "busy tok/s", "peak-hour tok/s"], body)]
+                    "draft KV share", "busy tok/s", "peak-hour tok/s (hour)"], body), _peak_hour_remark(doc)]
     by_batch = {d["deployment_id"]: {b["batch_bucket"]: b for b in d["capacity"].get("by_batch") or []}
                 for d in doc["deployments"]}
     buckets = [b for b in BATCH_BUCKETS if any(b in cells for cells in by_batch.values())]
@@ -493,6 +540,28 @@ def _capacity(doc: dict) -> str:
                      "busy time spent in the bucket.\n\n")
         parts.append(table(["deployment", *buckets], rows))
     return "".join(parts)
+
+
+def peak_hour_text(c: dict) -> str:
+    """ "7.2 (2026-11-27 13:00)": the busiest clock hour's rate and the hour it was."""
+    if is_missing(c.get("peak_hour_output_tokens_per_s")):
+        return DASH
+    hour = c.get("peak_hour")
+    when = f" ({str(hour)[:13].replace('T', ' ')}:00)" if hour else ""
+    return f"{num(c['peak_hour_output_tokens_per_s'], 1)}{when}"
+
+
+def _peak_hour_remark(doc: dict) -> str:
+    """Deployments that served the same requests show the same peak-hour rate when that hour's
+    tokens were all committed within it: then the figure is the traffic's demand, not a
+    capacity, and the report says so rather than let it read as a tie."""
+    shown = {peak_hour_text(d["capacity"]) for d in doc["deployments"]
+             if not is_missing(d["capacity"].get("peak_hour_output_tokens_per_s"))}
+    if len(doc["deployments"]) > 1 and len(shown) == 1:
+        return ("\nEvery deployment shows the same peak-hour rate: they served the same requests, and each "
+                "committed that hour's tokens within the hour, so the figure measures the traffic (what it "
+                "asked of the engine), not the engine's capacity; busy tok/s compares engines.\n")
+    return ""
 
 
 def _temperature(doc: dict) -> str:

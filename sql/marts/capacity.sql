@@ -3,7 +3,10 @@
 -- (output_tokens_per_s: the requests' output tokens ÷ first arrival to last finish,
 -- which idle hours dilute), over busy time (output_tokens_per_busy_s: tokens committed
 -- by the clean steps' rounds ÷ the summed step durations) and in the busiest clock hour
--- (peak_hour_output_tokens_per_s: tokens committed by steps starting in it ÷ 3600 s).
+-- (peak_hour_output_tokens_per_s: tokens committed by steps starting in it ÷ 3600 s,
+-- and peak_hour, when that hour began; the earliest of equally busy hours). The peak
+-- hour measures the traffic when the engine keeps up with it: deployments that
+-- served the same requests then show the same rate.
 -- Grain: one row per deployment_id.
 with request_totals as (
     select
@@ -30,10 +33,19 @@ hourly as (
     group by s.deployment_id, date_trunc('hour', s.start_time)
 ),
 
-peak_hour as (
-    select deployment_id, max(committed_tokens) / 3600.0 as peak_hour_output_tokens_per_s
+ranked_hours as (
+    select
+        deployment_id,
+        hour,
+        committed_tokens,
+        row_number() over (partition by deployment_id order by committed_tokens desc, hour) as rank
     from hourly
-    group by deployment_id
+),
+
+peak_hour as (
+    select deployment_id, hour as peak_hour, committed_tokens / 3600.0 as peak_hour_output_tokens_per_s
+    from ranked_hours
+    where rank = 1
 ),
 
 step_totals as (
@@ -71,7 +83,8 @@ select
     s.candidate_kv_share,
     q.output_tokens / nullif(q.span_s, 0) as output_tokens_per_s,
     s.committed_tokens / nullif(cast(s.busy_ms as double) / 1000, 0) as output_tokens_per_busy_s,
-    p.peak_hour_output_tokens_per_s
+    p.peak_hour_output_tokens_per_s,
+    p.peak_hour
 from deployments as d
 left join request_totals as q on q.deployment_id = d.deployment_id
 left join step_totals as s on s.deployment_id = d.deployment_id

@@ -1,8 +1,12 @@
 -- Inputs of the deployment gates (docs/commands.md "Gates"): the value that each
--- gate check compares with its threshold. Thresholds come from --config, so
--- pass/fail/unknown is decided in analyzer/gates.py, not here.
+-- gate check compares with its threshold, and the matched baseline's value of the
+-- same check (baseline_*): a speculative deployment is gated on what speculation
+-- changes, so each latency check and the failed share are compared with its
+-- baseline's. Thresholds come from --config, so pass/fail/shared/unknown is decided
+-- in analyzer/analysis/gates.py, not here.
 --   match_rate   = requests with matches_reference = true / requests where it is not null
 --   quality_drop = matched baseline's mean quality_score − this deployment's
+--   failed_share = requests with finish_reason error or abort / requests
 -- A value whose column is absent from every requests file is null (unknown),
 -- never computed from defaults (docs/trace-format.md).
 -- Grain: one row per deployment_id.
@@ -22,6 +26,7 @@ request_totals as (
         count(matches_reference) as matches_checked,
         count(*) filter (where matches_reference) as matches_true,
         count(quality_score) as quality_n,
+        count(*) filter (where finish_reason in ('error', 'abort')) as failed_requests,
         -- a DOUBLE mean, added in request order so that every run adds it alike
         avg(quality_score order by request_uid) as quality_mean
     from requests
@@ -32,6 +37,8 @@ known as (
     select
         t.deployment_id,
         t.num_requests,
+        t.failed_requests,
+        t.failed_requests / t.num_requests as failed_share,
         case when has.matches_reference then t.matches_checked end as matches_checked,
         case when has.matches_reference then t.matches_true end as matches_true,
         case when has.quality_score then t.quality_n end as quality_n,
@@ -66,9 +73,16 @@ select
     k.quality_mean,
     b.quality_mean as baseline_quality_mean,
     b.quality_mean - k.quality_mean as quality_drop,
+    k.failed_requests,
+    k.failed_share,
+    b.num_requests as baseline_num_requests,
+    b.failed_share as baseline_failed_share,
     l.ttft_p99_ms,
     l.tpot_p95_ms,
     l.max_stall_p99_ms,
+    bl.ttft_p99_ms as baseline_ttft_p99_ms,
+    bl.tpot_p95_ms as baseline_tpot_p95_ms,
+    bl.max_stall_p99_ms as baseline_max_stall_p99_ms,
     coalesce(l.ttft_n, 0) as ttft_n,
     coalesce(l.tpot_n, 0) as tpot_n,
     coalesce(l.max_stall_n, 0) as max_stall_n,
@@ -81,5 +95,6 @@ left join matched_baseline as m on m.deployment_id = d.deployment_id
 left join known as k on k.deployment_id = d.deployment_id
 left join known as b on b.deployment_id = m.baseline_id
 left join latency_wide as l on l.deployment_id = d.deployment_id
+left join latency_wide as bl on bl.deployment_id = m.baseline_id
 left join speedup as s on s.deployment_id = d.deployment_id
 left join capacity as c on c.deployment_id = d.deployment_id
