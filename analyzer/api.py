@@ -399,6 +399,54 @@ def to_json(doc) -> str:
                       ensure_ascii=False, indent=2) + "\n"
 
 
+# What `report -o FILE` writes when --format is not given: the format follows the extension.
+FORMAT_OF_EXTENSION = {".html": "html", ".htm": "html", ".json": "json", ".md": "md", ".markdown": "md"}
+
+
+def report_format(fmt: str | None, output: str | Path | None) -> str:
+    """The report's format: the one asked for, else the one the output file's extension names, else md."""
+    if fmt is not None:
+        return fmt
+    return FORMAT_OF_EXTENSION.get(Path(output).suffix.lower(), "md") if output is not None else "md"
+
+
+def check_output(path: str | Path) -> None:
+    """Refuse an output file that can't be written, before any analysis runs: its folder
+    must exist and be writable, and the path must not be a folder."""
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        raise EnvironmentProblem(f"cannot write {path}: it is a folder")
+    if not folder.is_dir():
+        raise EnvironmentProblem(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise EnvironmentProblem(f"cannot write {path}: permission denied")
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a reader
+    never sees half a report, and a failed write leaves the old file as it was."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def render_report(doc: dict, fmt: str) -> str:
     from .render import markdown
 

@@ -18,7 +18,7 @@ import duckdb
 
 from . import api
 from .nightly import run_nightly as nightly_run
-from .errors import EnvironmentProblem, InputProblem, SpecanError
+from .errors import InputProblem, SpecanError
 
 
 class Failure(click.ClickException):
@@ -206,11 +206,13 @@ def validate(traces: str, strict: bool, engine: str, spark_master: str | None, m
 
 @main.command()
 @_TRACES
-@click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default="md", show_default=True)
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default=None,
+              help="md, json or html. Default: what the -o file's extension names (.html, .json, .md), else md.")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write to FILE instead of stdout (checked before the analysis runs; written aside and renamed).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML file of gate thresholds (defaults: docs/commands.md, section Gates).")
-@click.option("--check", is_flag=True, help="Exit 1 when a deployment gate fails.")
+@click.option("--check", is_flag=True, help="Exit 1 when a gate check blocks a speculative deployment.")
 @_by_option
 @_engine_option
 @_repeat_n_option
@@ -222,11 +224,12 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
     Markdown goes to stdout unless -o is given; progress goes to stderr. Gate
-    results are shown; only with --check does a failed gate exit 1.
+    results are shown; only with --check does a blocking check exit 1.
 
     \b
     Examples:
         specan report sample_traces/
+        specan report sample_traces/ -o report.html        # the format follows the extension
         specan report sample_traces/ --format json -o report.json
         specan report traces/ --by tenant --by region
         specan report traces/ --config gates.toml --check
@@ -234,6 +237,9 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
     """
     show = _progress(progress)
     config = api.load_config(config_path)
+    fmt = api.report_format(fmt, output)
+    if output is not None:
+        api.check_output(output)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir,
                          engine=engine, spark_master=spark_master, by=by)
     try:
@@ -283,10 +289,7 @@ def _emit(text_out: str, output: Path | None) -> None:
     if output is None:
         click.echo(text_out, nl=False)
         return
-    try:
-        output.write_text(text_out, encoding="utf-8")
-    except OSError as exc:
-        raise EnvironmentProblem(f"cannot write {output}: {exc.strerror or exc}") from None
+    api.write_output(output, text_out)
 
 
 @main.command()

@@ -114,15 +114,19 @@ def test_every_markdown_sentence_is_on_the_page(sample_report):
     for words in ("(faster)", "(slower)", "It pays at batch 1, 2, 3-4, 5-8, 9-16 and loses at 17-32, 33-64, 65-128.",
                   "Streaming is burstier than the baseline: itl p99 320 ms vs 107 ms", "TPOT speedup",
                   '"num_speculative_tokens_per_batch_size": [[1, 32, 4]', "Quantization matrix",
-                  "Checks of the gates that failed or are unknown:"):
+                  "Checks that fail, are shared with the baseline, or are unknown:"):
         assert words in text, words
 
 
 def test_gate_checks_keep_value_threshold_and_status(sample_report):
     page = _page(sample_report["html"])
     checks = next(t for t in page.tables if t[0][:3] == ["deployment", "gate", "check"])
-    assert ["eagle-fp8", "capacity", "speedup", "0.786", "≥ 1.000", "FAIL"] in checks
+    assert ["eagle-fp8", "capacity", "speedup", "0.786 [0.768, 0.815]", "–", "≥ 1.000 (lower bound), coverage ≥ 50%",
+            "FAIL", ""] in checks
+    assert ["eagle-dyn-bf16", "latency", "max_stall_p99_ms", "374.1", "354.9", "≤ 250.0; ≤ baseline +25%", "SHARED",
+            "the baseline misses it too (+5%, within 25%): the service level, not speculation"] in checks
     assert '<td class="fail">FAIL</td>' in sample_report["html"]
+    assert '<td class="shared">SHARED</td>' in sample_report["html"]
 
 
 # --------------------------------------------------------------------------- the first box

@@ -7,7 +7,9 @@ import pytest
 
 from analyzer import api
 from analyzer.analysis.precision import supported_decimals, with_interval
-from analyzer.analysis.verdict import failed_check_text, shared_gate_failures, verdicts
+from analyzer.analysis.config import Config
+from analyzer.analysis.evidence import speedup_evidence
+from analyzer.analysis.verdict import any_blocked, failed_check_text, shared_findings, verdicts
 from tracebuilder import deployment, request, round_row, step, write_traces
 
 
@@ -27,78 +29,174 @@ def test_the_interval_decides_the_decimals():
 
 # --------------------------------------------------------------------------- verdicts
 
-def gate(dep, name, status, *checks):
-    return {"deployment_id": dep, "gate": name, "status": status, "reason": None,
-            "checks": [{"name": n, "value": v, "threshold": t, "status": s, "reason": None}
-                       for n, v, t, s in checks]}
+def chk(name, value, threshold, status, baseline_value=None, reason=None, **extra):
+    return {"name": name, "value": value, "threshold": threshold, "baseline_value": baseline_value,
+            "status": status, "reason": reason, **extra}
 
 
-def doc_with(deployments, gates, ranges):
-    return {"deployments": deployments, "gates": gates,
-            "tuning": {"recommendations": [{"deployment_id": dep, "num_speculative_tokens_per_batch_size": r}
-                                           for dep, r in ranges.items()]}}
+def gate(dep, name, *checks):
+    statuses = {c["status"] for c in checks}
+    status = ("fail" if "fail" in statuses else "unknown" if "unknown" in statuses else
+              "shared" if "shared" in statuses else "pass")
+    return {"deployment_id": dep, "gate": name, "status": status, "reason": None, "checks": list(checks)}
 
 
-def spec(dep, speedup, interval=None, baseline="base"):
+def speed(dep, status, value=1.19, reason=None):
+    return gate(dep, "capacity", chk("speedup", value, 1.0, status, reason=reason))
+
+
+def spec(dep, speedup, interval=None, coverage=0.9, baseline="base", requests=600, steps=True, **extra):
     return {"deployment_id": dep, "method": "eagle", "num_speculative_tokens": 4, "baseline_id": baseline,
-            "speedup": speedup, "speedup_interval": interval}
+            "model": "m", "target_quant": "bf16", "speedup": speedup, "speedup_interval": interval,
+            "speedup_coverage": coverage, "num_requests": requests,
+            "round_ms": {"mean": 10.0 if steps else None}, "tpot_speedup": None, **extra}
 
 
 BASE = {"deployment_id": "base", "method": "none", "num_speculative_tokens": 0, "baseline_id": None,
-        "speedup": None}
+        "speedup": None, "num_requests": 600, "round_ms": {"mean": 9.0}}
 
 
-def test_a_failed_gate_is_named_with_value_and_threshold():
-    doc = doc_with([BASE, spec("a", 1.19, [1.16, 1.23])],
-                   [gate("a", "latency", "fail", ("ttft_p99_ms", 4351.96, 2000.0, "fail"),
-                         ("tpot_p95_ms", 30.0, 60.0, "pass")),
-                    gate("a", "capacity", "pass", ("speedup", 1.19, 1.0, "pass")),
-                    gate("base", "latency", "pass", ("ttft_p99_ms", 1500.0, 2000.0, "pass"))],
-                   {"a": [[1, 64, 4], [65, 128, 0]]})
-    base_line, a_line = verdicts(doc)
-    assert a_line == {"deployment_id": "a", "action": "dont_ship",
-                      "text": "Don't ship a: the latency gate fails (TTFT p99 4,352 ms > 2,000). Otherwise it pays "
-                              "(1.19× [1.16, 1.23] the throughput of base), with "
-                              "`\"num_speculative_tokens_per_batch_size\": [[1, 64, 4], [65, 128, 0]]`."}
-    assert base_line == {"deployment_id": "base", "action": "baseline",
-                         "text": "base is plain decoding, the baseline of the others."}
-    assert failed_check_text({"name": "speedup", "value": 0.7864, "threshold": 1.0}) == "speedup 0.786 < 1"
-    assert failed_check_text({"name": "match_rate", "value": 0.98, "threshold": 1.0}) == "match rate 98.0% < 100.0%"
+def decide(deployments, gates, ranges=None, **doc):
+    full = {"deployments": deployments, "gates": gates,
+            "tuning": {"recommendations": [{"deployment_id": dep, "num_speculative_tokens_per_batch_size": r}
+                                           for dep, r in (ranges or {}).items()]}, **doc}
+    full["verdict"] = verdicts(full, speedup_evidence(full), Config())
+    return full, {v["deployment_id"]: v for v in full["verdict"]}
 
 
-def test_cap_ship_slower_and_unknown():
-    doc = doc_with([BASE, spec("cap", 1.5), spec("ship", 1.3), spec("slow", 0.9), spec("unk", None),
-                    spec("asis", 1.2)],
-                   [gate("ship", "correctness", "unknown", ("match_rate", None, 1.0, "unknown"))],
-                   {"cap": [[1, 32, 4], [33, 128, 0]], "ship": [[1, 8, 5], [9, 128, 3]], "slow": [[1, 1, 4]],
-                    "unk": [], "asis": []})
-    lines = {v["deployment_id"]: (v["action"], v["text"]) for v in verdicts(doc)}
-    assert lines["cap"] == ("cap", "Ship cap with speculation capped at batch 32: "
-                                   "`\"num_speculative_tokens_per_batch_size\": [[1, 32, 4], [33, 128, 0]]` "
-                                   "(1.50× the throughput of base).")
-    assert lines["ship"] == ("ship", "Ship ship with `\"num_speculative_tokens_per_batch_size\": [[1, 8, 5], "
-                                     "[9, 128, 3]]` (1.30× the throughput of base). Not checked: the correctness "
-                                     "gate (data missing).")
-    assert lines["slow"] == ("dont_ship", "Don't ship slow: 0.90× the throughput of base, no faster than plain "
-                                          "decoding.")
-    assert lines["unk"] == ("unknown", "No verdict for unk: its speedup is unknown (see the notes).")
-    assert lines["asis"] == ("ship", "Ship asis as configured (num_speculative_tokens 4): 1.20× the throughput of "
-                                     "base; no per-batch recommendation (see section 13).")
+def test_speculation_that_worsens_a_latency_check_is_not_shipped():
+    stall = chk("max_stall_p99_ms", 890.0, 250.0, "fail", 355.0, worsening=890 / 355 - 1, max_worsening=0.25)
+    ttft = chk("ttft_p99_ms", 4352.0, 2000.0, "shared", 3597.0, worsening=4352 / 3597 - 1, max_worsening=0.25)
+    doc, v = decide([BASE, spec("a", 1.19, [1.16, 1.23])],
+                    [gate("a", "latency", ttft, stall), speed("a", "pass"),
+                     gate("base", "latency", chk("ttft_p99_ms", 3597.0, 2000.0, "fail"),
+                          chk("max_stall_p99_ms", 355.0, 250.0, "fail"))],
+                    {"a": [[1, 64, 4], [65, 128, 0]]})
+    a = v["a"]
+    assert a["action"] == "dont_ship" and a["basis"] == "rounds"
+    assert a["text"] == ("Don't ship a: speculation makes max stall p99 890 ms, 2.5× its baseline's 355 ms (base; "
+                         "the tolerance is 25%). Otherwise it pays, 1.19× [1.16, 1.23] the throughput of base on 90% "
+                         "of its tokens (600 requests), with "
+                         "`\"num_speculative_tokens_per_batch_size\": [[1, 64, 4], [65, 128, 0]]`.")
+    assert a["blocking"] == [{"gate": "latency", "check": "max_stall_p99_ms", "value": 890.0, "threshold": 250.0,
+                              "baseline_value": 355.0}]
+    assert a["shared"] == [{"gate": "latency", "check": "ttft_p99_ms", "value": 4352.0, "threshold": 2000.0,
+                            "baseline_value": 3597.0}]
+    assert a["config"] == [[1, 64, 4], [65, 128, 0]]
+    assert (a["speedup"], a["speedup_interval"], a["coverage"], a["num_requests"]) == (1.19, [1.16, 1.23], 0.9, 600)
+    # the baseline: nothing to ship, so nothing blocks; what it misses is the service level
+    assert v["base"]["action"] == "baseline" and v["base"]["blocking"] == []
+    assert [s["check"] for s in v["base"]["shared"]] == ["ttft_p99_ms", "max_stall_p99_ms"]
+    assert v["base"]["text"] == ("base is plain decoding, the baseline of a. It misses TTFT p99 3,597 ms > 2,000, "
+                                 "max stall p99 355 ms > 250: a service level that holds with or without speculation.")
+    assert any_blocked(doc["verdict"])
+    # stated once, about the pair: the TTFT both miss; the stall a blocked, so base's own miss is named alone
+    assert shared_findings(doc) == [
+        "TTFT p99 misses 2,000 ms with or without speculation: 4,352 vs 3,597 ms (a vs base)",
+        "base (plain decoding) misses max stall p99 355 ms > 250"]
 
 
-def test_a_gate_the_baseline_fails_too_is_said_and_shared_failures_are_found():
-    gates = [gate("a", "latency", "fail", ("max_stall_p99_ms", 266.4, 250.0, "fail")),
-             gate("base", "latency", "fail", ("max_stall_p99_ms", 253.5, 250.0, "fail")),
-             gate("base", "capacity", "pass", ("preemptions_per_request", 0.0, 0.05, "pass")),
-             gate("a", "capacity", "fail", ("speedup", 0.79, 1.0, "fail"))]
-    doc = doc_with([BASE, spec("a", 0.79)], gates, {"a": [[1, 16, 4], [17, 128, 0]]})
-    base_line, a_line = verdicts(doc)
-    assert a_line["text"] == ("Don't ship a: the latency gate fails (max stall p99 266 ms > 250); the capacity "
-                              "gate fails (speedup 0.790 < 1). Its baseline base fails the latency gate too: "
-                              "compare with the baseline's values before blaming speculation.")
-    assert base_line["text"] == ("base is plain decoding, the baseline of the others, and the latency gate fails "
-                                 "(max stall p99 254 ms > 250).")
-    assert shared_gate_failures(doc) == ["latency"]
+def test_threshold_missed_where_the_baseline_meets_it_and_failed_requests():
+    tpot = chk("tpot_p95_ms", 63.8, 60.0, "fail", 58.0, worsening=0.1, max_worsening=0.25)
+    failed = chk("failed_share", 0.1, 0.06, "fail", 0.05)
+    _, v = decide([BASE, spec("a", 1.3, [1.2, 1.4])],
+                  [gate("a", "correctness", failed), gate("a", "latency", tpot), speed("a", "pass")], {"a": []})
+    assert v["a"]["text"] == ("Don't ship a: failed requests 10.0% vs 5.0% on base (more than 1.0 percentage points "
+                              "above); TPOT p95 64 ms > 60, which base meets (58 ms).")
+
+
+def test_too_slow_and_what_would_pay():
+    _, v = decide([BASE, spec("slow", 0.79, [0.77, 0.81], coverage=0.955)],
+                  [speed("slow", "fail", 0.79)], {"slow": [[1, 16, 4], [17, 128, 0]]})
+    assert v["slow"]["action"] == "dont_ship"
+    assert v["slow"]["text"] == (
+        "Don't ship slow: 0.79× [0.77, 0.81] the throughput of base on 96% of its tokens (600 requests): slower "
+        "than plain decoding. It pays at batch sizes up to 16: `\"num_speculative_tokens_per_batch_size\": "
+        "[[1, 16, 4], [17, 128, 0]]` turns speculation off where it loses; measure that config before deciding again.")
+    assert v["slow"]["blocking"][0]["check"] == "speedup"
+
+
+def test_ship_cap_as_configured_and_not_checked():
+    _, v = decide([BASE, spec("cap", 1.5, [1.4, 1.6]), spec("ship", 1.3, [1.27, 1.33]), spec("asis", 1.2, [1.1, 1.3]),
+                   spec("off", 1.1, [1.05, 1.15])],
+                  [speed("cap", "pass"), speed("ship", "pass"), speed("asis", "pass"), speed("off", "pass"),
+                   gate("ship", "correctness", chk("match_rate", None, 1.0, "unknown", reason="missing"))],
+                  {"cap": [[1, 32, 4], [33, 128, 0]], "ship": [[1, 8, 5], [9, 128, 3]], "asis": [],
+                   "off": [[1, 128, 0]]})
+    assert (v["cap"]["action"], v["cap"]["text"]) == ("cap", (
+        "Ship cap with speculation capped at batch 32, `\"num_speculative_tokens_per_batch_size\": "
+        "[[1, 32, 4], [33, 128, 0]]`: 1.5× [1.4, 1.6] the throughput of base on 90% of its tokens (600 requests)."))
+    assert (v["ship"]["action"], v["ship"]["text"]) == ("ship", (
+        "Ship ship with `\"num_speculative_tokens_per_batch_size\": [[1, 8, 5], [9, 128, 3]]`: 1.30× [1.27, 1.33] "
+        "the throughput of base on 90% of its tokens (600 requests). Not checked: the correctness gate (data "
+        "missing)."))
+    assert v["ship"]["not_checked"] == ["correctness"]
+    assert (v["asis"]["action"], v["asis"]["config"]) == ("ship", None)
+    assert v["asis"]["text"] == ("Ship asis as configured (num_speculative_tokens 4): 1.2× [1.1, 1.3] the "
+                                 "throughput of base on 90% of its tokens (600 requests); no per-batch "
+                                 "recommendation (see section Speculation length).")
+    assert v["off"]["action"] == "dont_ship" and v["off"]["config"] == [[1, 128, 0]]
+
+
+def test_the_data_cannot_tell():
+    # 1.02 [0.91, 1.14]: half-width 0.115, 0.02 from 1: (0.115 / 0.02)² = 33.06× the 600 requests
+    why = "its 95% interval [0.91, 1.14] includes min_speedup (1): the data can't tell"
+    doc, v = decide([BASE, spec("a", 1.02, [0.91, 1.14])], [speed("a", "unknown", 1.02, why)], {"a": [[1, 128, 4]]})
+    a = v["a"]
+    assert a["action"] == "inconclusive" and a["blocking"] == []
+    assert a["settle"] == "about 33.1× its requests (≈ 19,838) would settle it, if the speedup stays where it is"
+    # ±0.115 supports one decimal: 1.0× [0.9, 1.1]
+    assert a["text"] == ("Not enough data to decide a: 1.0× [0.9, 1.1] the throughput of base on 90% of its "
+                         "tokens (600 requests); the interval includes 1, so the data can't tell whether it pays. "
+                         "About 33.1× its requests (≈ 19,838) would settle it, if the speedup stays where it is.")
+    assert not any_blocked(doc["verdict"])
+    # the 1.053 [0.92, 1.15]: (0.115 / 0.053)² = 4.708
+    _, v = decide([BASE, spec("a", 1.053, [0.92, 1.15])], [speed("a", "unknown", 1.053, why)])
+    assert v["a"]["settle"].startswith("about 4.7× its requests (≈ 2,825)")
+    # 1.001 [0.9, 1.1]: 10,000× the requests is no advice
+    _, v = decide([BASE, spec("a", 1.001, [0.9, 1.1])], [speed("a", "unknown", 1.001, why)])
+    assert v["a"]["settle"] == ("more requests would settle it only if the speedup moved: it sits within 0.001 of "
+                                "min_speedup")
+
+
+def test_too_little_coverage_asks_for_a_baseline_where_it_ran():
+    why = "it covers 4.0% of the deployment's committed tokens, below min_speedup_coverage (50%)"
+    uncovered = [{"batch_bucket": "33-64", "committed_share": 0.4, "reason": "no baseline rounds"},
+                 {"batch_bucket": "65-128", "committed_share": 0.56, "reason": "1 step"}]
+    _, v = decide([BASE, spec("a", 1.2, [1.1, 1.3], coverage=0.04, uncovered_buckets=uncovered)],
+                  [speed("a", "unknown", 1.2, why)])
+    assert v["a"]["action"] == "inconclusive"
+    assert "; it covers only 4% of its tokens (50% needed). A baseline that ran at batch 33-64" in v["a"]["text"]
+    assert v["a"]["settle"] == ("a baseline that ran at batch 33-64, 65-128 (where 96% of its tokens ran, enough "
+                                "steps and requests for a t0) would settle it")
+
+
+def test_unknown_says_what_would_decide():
+    _, v = decide([spec("lonely", None, baseline=None, speedup_note="no baseline: no none deployment with model m "
+                                                                      "and target_quant bf16")],
+                  [speed("lonely", "unknown", None, "no baseline")])
+    assert v["lonely"]["action"] == "unknown" and v["lonely"]["basis"] == "rounds"
+    assert v["lonely"]["text"] == (
+        "No verdict for lonely: its speedup is unknown (no baseline: no none deployment with model m and target_quant "
+        "bf16); a plain-decoding deployment (method none) of model m with target_quant bf16, or its baseline_id set, "
+        "would decide it.")
+    # logs of the speculative deployment only: the baseline's log would decide it
+    logged = spec("a", None, steps=False)
+    _, v = decide([dict(BASE, round_ms={"mean": None}), logged], [speed("a", "unknown", None, "x")],
+                  intervals=[{"deployment_id": "a"}])
+    assert v["a"]["basis"] is None and v["a"]["action"] == "unknown"
+    assert v["a"]["settle"] == ("the log of base would decide it: `specan import vllm-log BASELINE.log --deployment "
+                                "base --out TRACES` (or sglang-log), then the report again")
+
+
+def test_response_only_rests_on_the_tpot_speedup():
+    d = spec("a", None, steps=False, tpot_speedup=1.25, tpot_speedup_interval=[1.18, 1.31],
+             tpot_speedup_coverage=0.97)
+    _, v = decide([dict(BASE, round_ms={"mean": None}), d], [speed("a", "pass", 1.25)])
+    assert (v["a"]["basis"], v["a"]["action"], v["a"]["speedup"]) == ("tpot", "ship", 1.25)
+    assert v["a"]["text"] == ("Ship a as configured (num_speculative_tokens 4): 1.25× [1.18, 1.31] the output-token "
+                              "rate of base by request timings, not matched on batch size, on 97% of its output "
+                              "tokens (600 requests); no per-batch recommendation (it needs steps).")
 
 
 # --------------------------------------------------------------------------- bootstrap intervals

@@ -57,6 +57,8 @@ CHECK_LABELS: dict[str, tuple[str, str]] = {
 }
 AT_LEAST_CHECKS = {"match_rate", "speedup"}
 ENTRY_KEYS = ("gate", "check", "value", "threshold", "baseline_value")
+# Beyond this many times the requests, "collect more" is no advice: the speedup sits at min_speedup.
+MAX_SETTLE_FACTOR = 100
 
 
 def _number(kind: str, value: float, *, unit: bool) -> str:
@@ -142,6 +144,21 @@ def gain_text(ev: dict[str, Any]) -> str:
     return f"{shown} the throughput of {base} on {coverage} of its tokens ({requests})"
 
 
+def _undecided(ev: dict[str, Any], config: Config) -> str:
+    """Why a known speedup does not decide, in the verdict's words (the gate check's reason
+    says the same with the raw numbers)."""
+    gate, floor = config.gates.capacity, config.evidence.min_requests
+    interval, coverage, n = ev.get("interval"), ev.get("coverage"), ev.get("num_requests")
+    if n is not None and n < floor:
+        return f"it rests on {n:,} requests ({floor:,} needed)"
+    if not interval or None in interval:
+        return "there is no interval to tell noise from a gain"
+    if interval[0] > gate.min_speedup:
+        share = "an unknown share" if coverage is None else f"only {coverage:.0%}"
+        return f"it covers {share} of its tokens ({gate.min_speedup_coverage:.0%} needed)"
+    return f"the interval includes {gate.min_speedup:g}, so the data can't tell whether it pays"
+
+
 def _settle(ev: dict[str, Any], check: dict[str, Any], d: dict[str, Any], config: Config) -> str:
     """What would settle an inconclusive speedup: more requests, or a baseline where it ran."""
     gate = config.gates.capacity
@@ -159,9 +176,11 @@ def _settle(ev: dict[str, Any], check: dict[str, Any], d: dict[str, Any], config
     half = (interval[1] - interval[0]) / 2
     distance = abs(ev["speedup"] - gate.min_speedup)
     n = ev.get("num_requests")
-    if half <= 0 or distance <= 0.2 * half or not n:
-        return "more requests would settle it only if the speedup moved: it sits at min_speedup"
-    factor = (half / distance) ** 2
+    # the interval narrows as 1/√n: n · (half / distance)² requests would just exclude min_speedup
+    factor = (half / distance) ** 2 if distance > 0 else math.inf
+    if half <= 0 or not n or factor > MAX_SETTLE_FACTOR:
+        return ("more requests would settle it only if the speedup moved: it sits within "
+                f"{distance:.3g} of min_speedup")
     return (f"about {factor:.1f}× its requests (≈ {math.ceil(n * factor):,}) would settle it, if the speedup "
             "stays where it is")
 
@@ -243,7 +262,8 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
     elif speed is not None and speed["status"] == UNKNOWN:
         action = "inconclusive"
         settle = _settle(ev, speed, d, config)
-        text = f"Not enough data to decide {dep}: {gain_text(ev)}; {speed['reason']}. {settle[0].upper()}{settle[1:]}."
+        text = (f"Not enough data to decide {dep}: {gain_text(ev)}; {_undecided(ev, config)}. "
+                f"{settle[0].upper()}{settle[1:]}.")
     elif ranges and all(k == 0 for _, _, k in ranges):
         action = "dont_ship"
         text = (f"Don't ship {dep}: no batch size is predicted to gain from speculation, though it measured "
