@@ -281,7 +281,7 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
         click.echo(f"regression: {r['deployment_id']} {r['metric']} {r['value']:.4g} vs median "
                    f"{r['baseline']:.4g} ({r['change']:+.1%})")
     if result.gates_failed:
-        click.echo("a deployment gate failed: see the report's gates section")
+        click.echo("a gate check blocks a deployment: see the report's What to do and gates sections")
     sys.exit(result.exit_status)
 
 

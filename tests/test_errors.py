@@ -45,7 +45,7 @@ def one_line(result) -> str:
 def test_report_to_a_missing_folder_exits_3(tiny):
     result = run("report", tiny, "-o", "/nonexistent/x.md")
     assert result.exit_code == 3
-    assert one_line(result) == "Error: cannot write /nonexistent/x.md: No such file or directory"
+    assert one_line(result) == "Error: cannot write /nonexistent/x.md: the folder /nonexistent does not exist"
 
 
 def test_load_into_a_missing_folder_exits_3(tiny):

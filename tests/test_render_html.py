@@ -132,8 +132,11 @@ def test_gate_checks_keep_value_threshold_and_status(sample_report):
 # --------------------------------------------------------------------------- the first box
 
 
-VERDICT = [{"deployment_id": "eagle-dyn-bf16", "action": "ship", "text": "Ship eagle-dyn-bf16: 1.45× faster."},
-           {"deployment_id": "eagle-fp8", "action": "dont_ship", "text": "Don't ship eagle-fp8: 0.79× (slower)."}]
+VERDICT = [{"deployment_id": "eagle-dyn-bf16", "action": "ship", "text": "Ship eagle-dyn-bf16: 1.45× faster.",
+            "blocking": [], "shared": []},
+           {"deployment_id": "eagle-fp8", "action": "dont_ship", "text": "Don't ship eagle-fp8: 0.79× (slower).",
+            "blocking": [{"gate": "capacity", "check": "speedup", "value": 0.79, "threshold": 1.0,
+                          "baseline_value": None}], "shared": []}]
 REGRESSIONS = [{"deployment_id": "spec", "metric": "speedup", "value": 1.8, "baseline": 2.0, "change": -0.1,
                 "limit": 0.05}]
 CHECKED = {"status": "checked", "earlier_dates": 5, "needed": 3, "window_days": 7, "not_checked": []}

@@ -76,8 +76,6 @@ WRAP_AT = 48
 # long per-bucket tables do not push the charts and sections after them pages down.
 LONG_TABLE = 16
 
-STEPS_MISSING = ("No steps table: round times, speedup and the load curve are unavailable, so the sections and "
-                 "charts that need them are left out ({sections}); the notes say what else is missing.")
 NO_DATA = "Left out for want of data (their tables have no rows): {sections}."
 
 
@@ -395,8 +393,7 @@ def render(doc: dict[str, Any], history=None, title: str = "specan report") -> s
     parts = [f"<h1>{html.escape(title)}</h1>", _what_to_do(doc), *preamble]
     if left_out:
         # said once, at the top, instead of a blank chart or an empty table per section
-        reason = STEPS_MISSING if doc["input"]["steps"] == 0 and doc["input"]["rounds"] else NO_DATA
-        parts.append(f'<p class="note">{html.escape(reason.format(sections=", ".join(left_out)))}</p>')
+        parts.append(f'<p class="note">{html.escape(NO_DATA.format(sections=", ".join(left_out)))}</p>')
     if history is not None and not history.is_empty():
         parts.append('<section id="trend"><h2>Trend</h2>' + _trend_chart(history) + "</section>")
     parts += body
