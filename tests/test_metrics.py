@@ -755,3 +755,21 @@ def test_tree_nodes_default_to_drafts(tmp_path):
         assert got["mean_accept_length"] == pytest.approx(2.8)     # 1 + 9/5
     finally:
         ws.close()
+
+
+def test_the_peak_hour_is_the_busiest_clock_hour_and_ties_take_the_earliest(load):
+    # hour 12: steps committing 3 + 2 = 5 tokens; hour 13: 5 tokens too (a tie: 12 is reported);
+    # hour 14: 4 tokens. At 12:00 + 30 min etc.
+    minutes = 60_000.0
+    ws = load(
+        deployments=[deployment("spec")],
+        steps=[step("spec", 1, start_ms=0.0), step("spec", 2, start_ms=30 * minutes),
+               step("spec", 3, start_ms=61 * minutes), step("spec", 4, start_ms=125 * minutes)],
+        rounds=[round_row("spec", "r1", 0, 4, 2, step_id=1),                   # 3 tokens
+                round_row("spec", "r1", 1, 4, 1, step_id=2),                   # 2 tokens
+                round_row("spec", "r2", 0, 4, 4, step_id=3),                   # 5 tokens
+                round_row("spec", "r3", 0, 4, 3, step_id=4)],                  # 4 tokens
+    )
+    c = one(ws, "select peak_hour, peak_hour_output_tokens_per_s from capacity")
+    assert c["peak_hour_output_tokens_per_s"] == pytest.approx(5 / 3600)
+    assert c["peak_hour"].replace(tzinfo=None) == at(0).replace(tzinfo=None, minute=0, second=0)

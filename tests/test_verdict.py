@@ -232,3 +232,42 @@ def test_identical_requests_give_an_interval_of_one_point(tmp_path):
     assert (got["mean_accept_length_lo"], got["mean_accept_length_hi"]) == (3.0, 3.0)
     assert got["speedup_lo"] == pytest.approx(1.5, rel=1e-15)
     assert got["speedup_hi"] == pytest.approx(1.5, rel=1e-15)
+
+
+# --------------------------------------------------------------------------- the sample's decisions
+
+def test_the_sample_shows_the_range_of_decisions(sample_report):
+    """With the default gates the sample ships two deployments, blocks one on what speculation did
+    to its stalls and one on speed, and states what every bf16 deployment misses alike with its
+    baseline as a service-level finding."""
+    doc = sample_report["doc"]
+    v = {x["deployment_id"]: x for x in doc["verdict"]}
+    assert {d: x["action"] for d, x in v.items()} == {
+        "base-bf16": "baseline", "base-fp8": "baseline", "eagle-bf16": "dont_ship", "eagle-dyn-bf16": "ship",
+        "eagle-fp8": "dont_ship", "ngram-bf16": "ship"}
+    assert {x["basis"] for x in v.values() if x["action"] != "baseline"} == {"rounds"}
+    # eagle-bf16: max stall p99 890 ms against base-bf16's 355 ms, 2.5×, beyond the 25% tolerance
+    (stall,) = v["eagle-bf16"]["blocking"]
+    assert stall["check"] == "max_stall_p99_ms" and stall["value"] / stall["baseline_value"] > 2.5
+    # eagle-fp8: the speedup's interval lies below 1 (and its TPOT p95 is 30% above base-fp8's)
+    assert [b["check"] for b in v["eagle-fp8"]["blocking"]] == ["tpot_p95_ms", "speedup"]
+    assert v["eagle-fp8"]["speedup_interval"][1] < 1
+    # the shipped ones clear 1 with their lower bound, on most of their tokens, and carry the one config
+    recommended = {r["deployment_id"]: r["num_speculative_tokens_per_batch_size"]
+                   for r in doc["tuning"]["recommendations"]}
+    for dep in ("eagle-dyn-bf16", "ngram-bf16"):
+        assert v[dep]["speedup_interval"][0] > 1 and v[dep]["coverage"] > 0.5 and not v[dep]["blocking"]
+        assert v[dep]["config"] == recommended[dep]
+    # TTFT p99 misses 2,000 ms on every bf16 deployment and on base-bf16 alike: one finding, no block
+    ttft = [line for line in shared_findings(doc) if line.startswith("TTFT p99")]
+    assert ttft == ["TTFT p99 misses 2,000 ms with or without speculation: eagle-bf16 4,352, eagle-dyn-bf16 "
+                    "3,898 and ngram-bf16 3,481 vs base-bf16 3,597 ms"]
+    assert sample_report["md"].count("TTFT p99 misses 2,000 ms with or without speculation") == 1
+
+
+def test_the_sample_peak_hour_is_the_same_burst_everywhere(sample_report):
+    # every deployment serves the same requests: the busiest clock hour is the one with the
+    # burst of 2026-11-27, whose 119 requests' tokens are all committed within it
+    hours = {d["capacity"]["peak_hour"].isoformat() for d in sample_report["doc"]["deployments"]}
+    assert hours == {"2026-11-27T13:00:00+00:00"}
+    assert "Every deployment shows the same peak-hour rate: they served the same requests" in sample_report["md"]
