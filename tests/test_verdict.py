@@ -269,5 +269,5 @@ def test_the_sample_peak_hour_is_the_same_burst_everywhere(sample_report):
     # every deployment serves the same requests: the busiest clock hour is the one with the
     # burst of 2026-11-27, whose 119 requests' tokens are all committed within it
     hours = {d["capacity"]["peak_hour"].isoformat() for d in sample_report["doc"]["deployments"]}
-    assert hours == {"2026-11-27T13:00:00+00:00"}
+    assert hours == {"2026-11-27T13:00:00"}         # the hour in UTC
     assert "Every deployment shows the same peak-hour rate: they served the same requests" in sample_report["md"]
