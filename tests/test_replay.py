@@ -186,10 +186,15 @@ def test_predicted_speedup_is_the_hand_formula(hand_trace):
     assert ng["measured"]["mean_accept_length"] == pytest.approx(1 + 2 / 2)
     assert ng["measured"]["speedup"] == pytest.approx((6 * (1 + 3) + 8 * 1) / (24 + 20))
     assert ng_code["measured"]["tokens_per_round"] == pytest.approx(7 / 5)
-    # The baseline itself: the replay, but no speedup, with the reason.
+    # The baseline itself: one replayed request is below min_baseline_requests (10), so it
+    # says not enough data instead of predicting.
     (base,) = [r for r in res["deployments"] if r["deployment_id"] == "base"]
-    assert base["predicted_speedup"] is None and "plain decoding" in base["predicted_speedup_note"]
+    assert base["predicted_speedup"] is None and base["predicted_speedup_upper_bound"] is None
+    assert base["predicted_speedup_note"] == "not enough data: 1 request replayed (min_baseline_requests 10)"
     assert base["measured"] is None
+    # One request is one bootstrap group: every replicate that draws it gives the point.
+    assert ng["predicted_speedup_interval"] == pytest.approx([40 / 44, 40 / 44])
+    assert ng["round_cost_assumption"] == "own_round_time" and ng["predicted_by_batch"] is None
 
 
 def test_suffix_prediction_uses_the_same_costs(hand_trace):
@@ -291,7 +296,8 @@ def test_cli_markdown_and_json(hand_trace):
     assert "## Prompt lookup (n = 2..2, k = 3)" in result.stdout
     assert "## Suffix drafting" in result.stdout
     assert "Greedy assumption" in result.stdout and "exact for greedy decoding (temperature 0)" in result.stdout
-    assert "| ng | **all** | 1 | 2.000 | 2.000 | 0.0% | 0.909× | 2.000 | 1.400 | 60.0% | 0.727× |" in result.stdout
+    assert ("| ng | **all** | 1 | 2.000 | 2.000 | 0.0% | 0.909× [0.909, 0.909] | own | 2.000 | 1.400 | 60.0% | "
+            "0.727× |") in result.stdout
 
     result = runner.invoke(main, ["replay-ngram", str(hand_trace), "--variant", "prompt-lookup",
                                   "--format", "json", "--progress"])
