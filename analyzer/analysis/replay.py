@@ -70,6 +70,7 @@ stderr and drops them before the results are written as JSON.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -138,8 +139,8 @@ def replay_ngram(
         raise InputProblem(f"need min_n <= max_n, got min_n={min_n} max_n={max_n}")
     if variant == "suffix" and max_match < min_n:
         raise InputProblem(f"need min_n <= max_match, got min_n={min_n} max_match={max_match}")
-    if verify_cost_ms_per_token is not None and not verify_cost_ms_per_token >= 0:
-        raise InputProblem(f"need verify_cost_ms_per_token >= 0, got {verify_cost_ms_per_token}")
+    if verify_cost_ms_per_token is not None and not 0 <= verify_cost_ms_per_token < math.inf:
+        raise InputProblem(f"need a finite verify_cost_ms_per_token >= 0, got {verify_cost_ms_per_token}")
     longest = max_n if variant == "prompt_lookup" else max_match
     parameters: dict[str, Any] = (
         {"min_n": min_n, "max_n": max_n, "k": k} if variant == "prompt_lookup"
