@@ -30,16 +30,25 @@ decode_steps as (
     group by r.deployment_id, batch_bucket(s.batch_size)
 ),
 
-decode_requests as (
-    select
+request_sizes as (
+    -- grouped by the raw batch size first: integers hash faster than labels
+    select distinct
         r.deployment_id,
-        batch_bucket(s.batch_size) as batch_bucket,
-        count(distinct r.request_uid) as decode_requests
+        s.batch_size,
+        r.request_uid
     from rounds as r
     join steps as s on s.step_uid = r.step_uid
     join baselines as b on b.deployment_id = r.deployment_id
     where s.num_prefill_tokens = 0
-    group by r.deployment_id, batch_bucket(s.batch_size)
+),
+
+decode_requests as (
+    select
+        deployment_id,
+        batch_bucket(batch_size) as batch_bucket,
+        count(distinct request_uid) as decode_requests
+    from request_sizes
+    group by deployment_id, batch_bucket(batch_size)
 )
 
 select
