@@ -361,6 +361,10 @@ LOW_FLOORS = "[evidence]\nmin_baseline_steps = 2\nmin_baseline_requests = 2\n"
 
 @pytest.fixture
 def baseline_trace(tmp_path):
+    return write_baseline_trace(tmp_path / "baseline", [request("base", "b1", **IDS), request("base", "b2", **IDS)])
+
+
+def write_baseline_trace(path, base_requests):
     steps, rounds, next_round = [], [], {}
     for dep, plan in (("base", BASE_STEPS), ("ng", NG_STEPS)):
         for step_id, batch, ms, members in plan:
@@ -372,11 +376,8 @@ def baseline_trace(tmp_path):
                 next_round[dep, request_id] = idx + 1
                 rounds.append(round_row(dep, request_id, idx, drafted, 0, step_id=step_id))
     return write_traces(
-        tmp_path / "baseline",
-        deployments=[deployment("base", "none"), deployment("ng", "ngram", 3, spec_config=NGRAM_CONFIG)],
-        requests=[request("base", "b1", **IDS), request("base", "b2", **IDS),
-                  request("ng", "n1"), request("ng", "n2")],
-        steps=steps, rounds=rounds)
+        path, deployments=[deployment("base", "none"), deployment("ng", "ngram", 3, spec_config=NGRAM_CONFIG)],
+        requests=[*base_requests, request("ng", "n1"), request("ng", "n2")], steps=steps, rounds=rounds)
 
 
 def baseline_row(trace, tmp_path, config: str | None, *args):
@@ -419,6 +420,23 @@ def test_baseline_prediction_with_the_ngram_deployments_fit(baseline_trace, tmp_
     assert one["left_out"] is None and two["left_out"] is None
     (code,) = [r for r in replay["categories"] if r["deployment_id"] == "base"]
     assert code["predicted_speedup"] == pytest.approx(100 / 64) and code["predicted_by_batch"] is None
+
+
+def test_a_category_is_priced_at_its_deployments_drafts_per_round(tmp_path):
+    # b2 (chat) never repeats: rounds (0,0,1), (0,0,1). base: tpr = 6/4 = 1.5, d̄ = 6/4 = 1.5,
+    # so every step verifies X = B̄·2.5: T(1) = 6 + 0.5·2.5 = 7.25, T(2) = 6 + 0.5·5 = 8.5.
+    chat = {"prompt_token_ids": [10, 11, 12], "output_token_ids": [13, 14, 15]}
+    trace = write_baseline_trace(tmp_path / "mix", [request("base", "b1", **IDS),
+                                                    request("base", "b2", category="chat", **chat)])
+    base, replay = baseline_row(trace, tmp_path, LOW_FLOORS.replace("requests = 2", "requests = 1"),
+                                "--min-n", "2", "--max-n", "2", "--k", "3")
+    assert base["predicted_speedup"] == pytest.approx(1.5 * (6 * 3 + 8 * 4) / (7.25 * 3 + 8.5 * 4))
+    rows = {r["category"]: r for r in replay["categories"] if r["deployment_id"] == "base"}
+    # code (b1): tpr 2 over its rounds, 2 in bucket 1 and 2 in bucket 2, at the same T
+    assert rows["code"]["predicted_speedup"] == pytest.approx(2 * (6 * 2 + 8 * 2) / (7.25 * 2 + 8.5 * 2))
+    # chat (b2): tpr 1, 1 round in bucket 1 and 2 in bucket 2: slower than plain decoding
+    assert rows["chat"]["predicted_speedup"] == pytest.approx((6 * 1 + 8 * 2) / (7.25 * 1 + 8.5 * 2))
+    assert rows["chat"]["predicted_speedup_upper_bound"] == pytest.approx(1.0)
 
 
 def test_baseline_prediction_per_token_cost(baseline_trace, tmp_path):

@@ -483,7 +483,10 @@ def _notes(variant, parameters, by_dep, missing, ngram_deps, configs, category, 
                          f"num_speculative_tokens={gamma}; the replay used min_n={used[0]}, max_n={used[1]}, "
                          f"k={used[2]}, so its measured values are not the replay's target.")
     if category is not None:
-        notes.append(f"Only category {category!r} was replayed; deployment totals are left out.")
+        notes.append(f"Only category {category!r} was replayed; deployment totals are left out."
+                     + (" A baseline's rounds are priced at this category's drafts per round, as if its steps "
+                        "held only this category's requests (a full replay prices them at the deployment's)."
+                        if baselines else ""))
     notes.append("Random-token benchmarks have no repetition to copy: only real prompts can tell what "
                  "n-gram or suffix drafting is worth.")
     return notes

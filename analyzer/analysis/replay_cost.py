@@ -143,7 +143,7 @@ def _baseline_costs(con, baselines: list[str], evidence: Evidence,
     for dep in baselines:
         cost = DeploymentCost(dep, FREE_VERIFY, buckets[dep])
         if not buckets[dep]:
-            cost.note = "no prediction: this baseline has no decode-only round with a clean step"
+            cost.note = "this baseline has no decode-only round with a clean step"
         if per_token_ms is not None:
             cost.assumption, cost.per_token_ms = PER_TOKEN, per_token_ms
         elif siblings[dep]:
@@ -152,7 +152,7 @@ def _baseline_costs(con, baselines: list[str], evidence: Evidence,
             fits = {f["batch_bucket"]: f for f in round_cost_fits(con, source)}
             for bucket in cost.buckets.values():
                 bucket.fit = fits.get(bucket.batch_bucket)
-        else:
+        elif not cost.note:
             matched = ", ".join(others[dep])
             cost.source_note = (f"no ngram deployment is matched to {dep}, so verification is priced at 0"
                                 + (f" ({matched}: its round cost includes a draft model's passes)" if matched
