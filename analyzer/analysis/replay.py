@@ -33,7 +33,12 @@ rounds without drafts / rounds.
 
 Predicted speedup
 -----------------
-With the deployment's own round-cost figures: its decode-only rounds (with a
+``analyzer.analysis.replay_cost`` prices every row with one formula, tpr · Σ_b
+t0(b)·n(b) / Σ_b n(b)·T_round(b), and gives its 95 % interval (a bootstrap of
+the replayed requests in 64 groups). For a baseline (method none) it is what
+turning the drafter on would give, with the round-cost assumption stated
+(``round_cost_statement``) and the free-verify upper bound beside; see that
+module. For a speculative deployment, with its own round-cost figures: its decode-only rounds (with a
 clean step) per batch bucket b, their measured time, and its matched
 baseline's t0(b) are kept; only the tokens per round are replaced by the
 replay's:
@@ -52,7 +57,8 @@ prediction is pessimistic there), verifying more or fewer drafts changes the
 verify time, and with more tokens per round a request needs fewer rounds, so
 the batch mix would shift. It is null, with a note, when the deployment has
 no matched baseline, no steps, or no decode-only rounds in a bucket the
-baseline covers.
+baseline covers (a baseline: when no bucket clears the [evidence] floors, or
+fewer than min_baseline_requests requests were replayed).
 
 Deployments whose method is ``ngram`` also get their measured values
 (``measured``) beside the prediction; with the same parameters as the
