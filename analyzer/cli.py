@@ -439,28 +439,39 @@ def schema() -> None:
 @click.option("--category", default=None, help="Replay only this category (null is 'unlabeled').")
 @click.option("--variant", type=click.Choice(["prompt-lookup", "suffix", "both"]), default="both",
               show_default=True, help="prompt-lookup: vLLM's ngram; suffix: γ = min(k, match length).")
+@click.option("--verify-cost-ms-per-token", "verify_cost", type=float, default=None,
+              help="For a baseline: ms each drafted token adds to a decode step "
+                   "(default: a matched ngram deployment's round-cost fit, else 0).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="TOML file: its [evidence] floors and [intervals] settings apply.")
 @click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
 @_memory_option
 @_progress_option
-def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | None, variant: str, fmt: str,
-                 memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
+def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | None, variant: str,
+                 verify_cost: float | None, config_path: Path | None, fmt: str, memory_limit: str,
+                 temp_dir: Path | None, progress: bool | None) -> None:
     """Predict what n-gram drafting would give on TRACES by replaying it over the logged tokens.
 
     Needs requests with prompt_token_ids and output_token_ids. Greedy: a draft
     counts as accepted while it equals the logged output, exact at temperature 0.
-    The predicted speedup keeps each deployment's own round cost.
+    The predicted speedup keeps each speculative deployment's own round cost; for
+    a baseline it is what turning the drafter on would give, with the round-cost
+    assumption stated beside it.
 
     \b
     Examples:
         specan replay-ngram sample_traces/
         specan replay-ngram sample_traces/ --variant suffix --k 8 --format json
+        specan replay-ngram traces/ --verify-cost-ms-per-token 0.05
     """
     show = _progress(progress)
+    config = api.load_config(config_path)
     variants = ["prompt_lookup", "suffix"] if variant == "both" else [variant.replace("-", "_")]
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir)
     try:
         results = api.replay_ngram(ws, variants, min_n=min_n, max_n=max_n, k=k, category=category,
-                                   progress=show)
+                                   verify_cost_ms_per_token=verify_cost, evidence=config.evidence,
+                                   intervals=config.intervals, progress=show)
     finally:
         ws.close()
     click.echo(api.render_replay(results, fmt), nl=False)

@@ -5,6 +5,7 @@ real n-gram deployment, and through the CLI."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,10 +15,14 @@ from analyzer.api import open_traces
 from analyzer.cli import main
 from analyzer.analysis.ngram import (match_table, propose, propose_suffix, replay_batch, replay_request,
                             replay_request_suffix, replay_rounds)
+from analyzer.analysis.config import Evidence, Intervals
 from analyzer.analysis.replay import replay_ngram
+from analyzer.analysis.replay_cost import GROUPS, OWN, Bucket, DeploymentCost, Replayed, bootstrap_weights, predict
 from analyzer.render.replay import render_markdown
 from analyzer.simulate.traces import simulate
 from tracebuilder import at, deployment, round_row, write_traces
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- by hand
 #
@@ -186,10 +191,15 @@ def test_predicted_speedup_is_the_hand_formula(hand_trace):
     assert ng["measured"]["mean_accept_length"] == pytest.approx(1 + 2 / 2)
     assert ng["measured"]["speedup"] == pytest.approx((6 * (1 + 3) + 8 * 1) / (24 + 20))
     assert ng_code["measured"]["tokens_per_round"] == pytest.approx(7 / 5)
-    # The baseline itself: the replay, but no speedup, with the reason.
+    # The baseline itself: one replayed request is below min_baseline_requests (10), so it
+    # says not enough data instead of predicting.
     (base,) = [r for r in res["deployments"] if r["deployment_id"] == "base"]
-    assert base["predicted_speedup"] is None and "plain decoding" in base["predicted_speedup_note"]
+    assert base["predicted_speedup"] is None and base["predicted_speedup_upper_bound"] is None
+    assert base["predicted_speedup_note"] == "not enough data: 1 request replayed (min_baseline_requests 10)"
     assert base["measured"] is None
+    # One request is one bootstrap group: every replicate that draws it gives the point.
+    assert ng["predicted_speedup_interval"] == pytest.approx([40 / 44, 40 / 44])
+    assert ng["round_cost_assumption"] == "own_round_time" and ng["predicted_by_batch"] is None
 
 
 def test_suffix_prediction_uses_the_same_costs(hand_trace):
@@ -291,7 +301,8 @@ def test_cli_markdown_and_json(hand_trace):
     assert "## Prompt lookup (n = 2..2, k = 3)" in result.stdout
     assert "## Suffix drafting" in result.stdout
     assert "Greedy assumption" in result.stdout and "exact for greedy decoding (temperature 0)" in result.stdout
-    assert "| ng | **all** | 1 | 2.000 | 2.000 | 0.0% | 0.909× | 2.000 | 1.400 | 60.0% | 0.727× |" in result.stdout
+    assert ("| ng | **all** | 1 | 2.000 | 2.000 | 0.0% | 0.909× [0.909, 0.909] | own | 2.000 | 1.400 | 60.0% | "
+            "0.727× |") in result.stdout
 
     result = runner.invoke(main, ["replay-ngram", str(hand_trace), "--variant", "prompt-lookup",
                                   "--format", "json", "--progress"])
@@ -324,3 +335,236 @@ def test_cli_without_a_requests_table(tmp_path):
     result = CliRunner().invoke(main, ["replay-ngram", str(path)])
     assert result.exit_code == 2 and "the requests table is absent" in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- a baseline: turning n-gram on
+#
+# base (method none) and ng (ngram, matched to base). Every base request is PROMPT /
+# OUTPUT, whose replay with n = 2, k = 3 is (3,0,1), (3,2,3): tpr = 4 / 2 = 2 tokens per
+# round and d̄ = 6 / 2 = 3 drafts per round.
+#
+# base's decode steps, one token per round:
+#   bucket 1: steps 1, 2 (b1) and 3 (b2), 5 + 7 + 6 ms: n(1) = 3 rounds, t0(1) = 6 ms,
+#             3 steps and 2 requests, B̄ = 1;
+#   bucket 2: steps 4, 5, each with b1 and b2, 8 ms: n(2) = 4 rounds, t0(2) = 8 ms,
+#             2 steps and 2 requests, B̄ = 2.
+# ng's steps, for its round-cost fit T = α + β·X (B never varies within a bucket):
+#   bucket 1: X = 1 in 6.5 ms, X = 4 in 8 ms: exactly T = 6 + 0.5·X, R² = 1, X in 1-4;
+#   bucket 2: X = 2 in 7 ms, X = 8 in 8 and 12 ms: least squares through (2, 7) and the
+#             mean (8, 10), T = 6 + 0.5·X again, with SSE = 8 and SST = 14: R² = 3/7; X in 2-8.
+
+BASE_STEPS = [(1, 1, 5.0, ["b1"]), (2, 1, 7.0, ["b1"]), (3, 1, 6.0, ["b2"]),
+              (4, 2, 8.0, ["b1", "b2"]), (5, 2, 8.0, ["b1", "b2"])]
+NG_STEPS = [(11, 1, 6.5, [0]), (12, 1, 8.0, [3]), (13, 2, 7.0, [0, 0]), (14, 2, 8.0, [3, 3]), (15, 2, 12.0, [3, 3])]
+LOW_FLOORS = "[evidence]\nmin_baseline_steps = 2\nmin_baseline_requests = 2\n"
+
+
+@pytest.fixture
+def baseline_trace(tmp_path):
+    return write_baseline_trace(tmp_path / "baseline", [request("base", "b1", **IDS), request("base", "b2", **IDS)])
+
+
+def write_baseline_trace(path, base_requests):
+    steps, rounds, next_round = [], [], {}
+    for dep, plan in (("base", BASE_STEPS), ("ng", NG_STEPS)):
+        for step_id, batch, ms, members in plan:
+            steps.append(step(dep, step_id, batch, ms))
+            for i, member in enumerate(members):
+                request_id = member if dep == "base" else f"n{i + 1}"
+                drafted = 0 if dep == "base" else member
+                idx = next_round.get((dep, request_id), 0)
+                next_round[dep, request_id] = idx + 1
+                rounds.append(round_row(dep, request_id, idx, drafted, 0, step_id=step_id))
+    return write_traces(
+        path, deployments=[deployment("base", "none"), deployment("ng", "ngram", 3, spec_config=NGRAM_CONFIG)],
+        requests=[*base_requests, request("ng", "n1"), request("ng", "n2")], steps=steps, rounds=rounds)
+
+
+def baseline_row(trace, tmp_path, config: str | None, *args):
+    """The base row of one replay through the CLI (JSON), with ``config`` as its --config."""
+    options = ["--variant", "prompt-lookup", "--format", "json", *args]
+    if config is not None:
+        path = tmp_path / "floors.toml"
+        path.write_text(config)
+        options += ["--config", str(path)]
+    result = CliRunner().invoke(main, ["replay-ngram", str(trace), *options])
+    assert result.exit_code == 0, result.output
+    (replay,) = json.loads(result.stdout)["replays"]
+    (base,) = [r for r in replay["deployments"] if r["deployment_id"] == "base"]
+    return base, replay
+
+
+def test_baseline_prediction_with_the_ngram_deployments_fit(baseline_trace, tmp_path):
+    base, replay = baseline_row(baseline_trace, tmp_path, LOW_FLOORS, "--min-n", "2", "--max-n", "2", "--k", "3")
+    assert (base["num_requests"], base["tokens_per_round"]) == (2, 2.0)
+    # X = B̄·(1 + d̄): 4 tokens at batch 1, T = 8 ms; 8 tokens at batch 2, T = 10 ms.
+    # speedup = tpr · Σ t0·n / Σ n·T = 2 · (6·3 + 8·4) / (8·3 + 10·4) = 100 / 64.
+    assert base["predicted_speedup"] == pytest.approx(100 / 64)
+    assert base["round_cost_assumption"] == "cost_fit" and base["round_cost_source"] == "ng"
+    assert base["round_cost_statement"] == (
+        "if verifying the replay's 3.00 drafted tokens per request per round costs what it costs ng "
+        "(its round-cost fit per batch bucket, R² 0.43-1.00)")
+    # verification free: T = t0, so the speedup is tpr itself
+    assert base["predicted_speedup_upper_bound"] == pytest.approx(2.0)
+    assert base["predicted_speedup_coverage"] == pytest.approx(1.0)
+    # two requests in (at most) two bootstrap groups: the interval lies between their values,
+    # and both are the same request, so it is the point
+    assert base["predicted_speedup_interval"] == pytest.approx([100 / 64, 100 / 64])
+    one, two = base["predicted_by_batch"]
+    assert (one["batch_bucket"], one["decode_steps"], one["decode_requests"], one["num_rounds"]) == ("1", 3, 2, 3)
+    assert (one["t0_ms"], one["mean_batch_size"], one["tokens_verified_per_step"]) == pytest.approx((6, 1, 4))
+    assert (one["round_ms"], one["speedup"], one["fit_r2"]) == pytest.approx((8, 2 * 6 / 8, 1))
+    assert (two["batch_bucket"], two["decode_steps"], two["num_rounds"], two["tokens_verified_per_step"]) == (
+        "2", 2, 4, pytest.approx(8))
+    assert (two["round_ms"], two["speedup"], two["fit_r2"]) == pytest.approx((10, 2 * 8 / 10, 3 / 7))
+    assert one["left_out"] is None and two["left_out"] is None
+    (code,) = [r for r in replay["categories"] if r["deployment_id"] == "base"]
+    assert code["predicted_speedup"] == pytest.approx(100 / 64) and code["predicted_by_batch"] is None
+
+
+def test_a_category_is_priced_at_its_deployments_drafts_per_round(tmp_path):
+    # b2 (chat) never repeats: rounds (0,0,1), (0,0,1). base: tpr = 6/4 = 1.5, d̄ = 6/4 = 1.5,
+    # so every step verifies X = B̄·2.5: T(1) = 6 + 0.5·2.5 = 7.25, T(2) = 6 + 0.5·5 = 8.5.
+    chat = {"prompt_token_ids": [10, 11, 12], "output_token_ids": [13, 14, 15]}
+    trace = write_baseline_trace(tmp_path / "mix", [request("base", "b1", **IDS),
+                                                    request("base", "b2", category="chat", **chat)])
+    base, replay = baseline_row(trace, tmp_path, LOW_FLOORS.replace("requests = 2", "requests = 1"),
+                                "--min-n", "2", "--max-n", "2", "--k", "3")
+    assert base["predicted_speedup"] == pytest.approx(1.5 * (6 * 3 + 8 * 4) / (7.25 * 3 + 8.5 * 4))
+    rows = {r["category"]: r for r in replay["categories"] if r["deployment_id"] == "base"}
+    # code (b1): tpr 2 over its rounds, 2 in bucket 1 and 2 in bucket 2, at the same T
+    assert rows["code"]["predicted_speedup"] == pytest.approx(2 * (6 * 2 + 8 * 2) / (7.25 * 2 + 8.5 * 2))
+    # chat (b2): tpr 1, 1 round in bucket 1 and 2 in bucket 2: slower than plain decoding
+    assert rows["chat"]["predicted_speedup"] == pytest.approx((6 * 1 + 8 * 2) / (7.25 * 1 + 8.5 * 2))
+    assert rows["chat"]["predicted_speedup_upper_bound"] == pytest.approx(1.0)
+
+
+def test_baseline_prediction_per_token_cost(baseline_trace, tmp_path):
+    base, _ = baseline_row(baseline_trace, tmp_path, LOW_FLOORS, "--min-n", "2", "--max-n", "2", "--k", "3",
+                           "--verify-cost-ms-per-token", "0.25")
+    # T = t0 + c·B̄·d̄: 6 + 0.25·1·3 = 6.75 and 8 + 0.25·2·3 = 9.5
+    assert base["predicted_speedup"] == pytest.approx(2 * (6 * 3 + 8 * 4) / (6.75 * 3 + 9.5 * 4))
+    assert base["round_cost_assumption"] == "per_token" and base["round_cost_source"] is None
+    assert [b["round_ms"] for b in base["predicted_by_batch"]] == pytest.approx([6.75, 9.5])
+    assert "adds 0.25 ms per drafted token of the step (--verify-cost-ms-per-token)" in base["round_cost_statement"]
+
+
+def test_baseline_buckets_below_the_floors_are_left_out(baseline_trace, tmp_path):
+    # the defaults: 3 and 2 decode steps are below 20, 2 requests below 10
+    base, replay = baseline_row(baseline_trace, tmp_path, None, "--min-n", "2", "--max-n", "2", "--k", "3")
+    assert base["predicted_speedup"] is None
+    assert base["predicted_speedup_note"] == "not enough data: 2 requests replayed (min_baseline_requests 10)"
+    assert any("A batch bucket needs 20 decode steps and 10 requests" in n for n in replay["notes"])
+    # three steps: bucket 1 stays, bucket 2 (two steps) goes
+    base, _ = baseline_row(baseline_trace, tmp_path, LOW_FLOORS.replace("steps = 2", "steps = 3"),
+                           "--min-n", "2", "--max-n", "2", "--k", "3")
+    assert base["predicted_speedup"] == pytest.approx(2 * 6 * 3 / (8 * 3))
+    assert base["predicted_speedup_upper_bound"] == pytest.approx(2.0)
+    assert base["predicted_speedup_coverage"] == pytest.approx(3 / 7)
+    two = base["predicted_by_batch"][1]
+    assert two["left_out"] == "not enough data: 2 decode steps (min_baseline_steps 3)"
+    assert two["speedup"] is None and two["speedup_upper_bound"] is None
+
+
+def test_a_fit_extrapolates_only_above_min_fit_r2(baseline_trace, tmp_path):
+    # n = 2..5, k = 4 replays PROMPT / OUTPUT as one round (4, 3, 4): tpr = 4, d̄ = 4.
+    # X = 5 at batch 1 is past ng's 1-4 but R² = 1: T = 6 + 0.5·5 = 8.5. X = 10 at batch 2
+    # is past 2-8 with R² 3/7 < 0.5: left out.
+    base, _ = baseline_row(baseline_trace, tmp_path, LOW_FLOORS, "--min-n", "2", "--max-n", "5", "--k", "4")
+    assert base["predicted_speedup"] == pytest.approx(4 * 6 / 8.5)
+    assert base["predicted_speedup_upper_bound"] == pytest.approx(4.0)
+    assert base["predicted_speedup_coverage"] == pytest.approx(3 / 7)
+    one, two = base["predicted_by_batch"]
+    assert one["round_ms"] == pytest.approx(8.5) and two["round_ms"] is None
+    assert two["left_out"] == ("X = 10.0 tokens per step lies outside ng's measured 2-8 and its fit's R² (0.43) "
+                               "is below min_fit_r2 (0.5)")
+    assert two["speedup_upper_bound"] == pytest.approx(4.0)
+
+
+def test_baseline_without_an_ngram_deployment_is_priced_free(baseline_trace, tmp_path):
+    # ng's rounds name model m2: nothing is matched to base any more
+    trace = baseline_trace
+    deployments = [deployment("base", "none"), deployment("ng", "ngram", 3, spec_config=NGRAM_CONFIG, model="m2")]
+    write_traces(trace, deployments=deployments)
+    base, replay = baseline_row(trace, tmp_path, LOW_FLOORS, "--min-n", "2", "--max-n", "2", "--k", "3")
+    assert base["round_cost_assumption"] == "free_verify"
+    assert base["predicted_speedup"] == pytest.approx(2.0) == base["predicted_speedup_upper_bound"]
+    assert base["round_cost_statement"].endswith(": an upper bound")
+    assert ("No ngram deployment is matched to base, so verification is priced at 0: its predicted_speedup is the "
+            "upper bound.") in replay["notes"]
+
+
+def test_baseline_markdown(baseline_trace, tmp_path):
+    config = tmp_path / "floors.toml"
+    config.write_text(LOW_FLOORS)
+    result = CliRunner().invoke(main, ["replay-ngram", str(baseline_trace), "--variant", "prompt-lookup",
+                                       "--min-n", "2", "--max-n", "2", "--k", "3", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "| base | **all** | 2 | 2.000 | 2.000 | 0.0% | 1.562× [1.562, 1.562] | ng's fit | – | – | – | – |" in out
+    assert "### base: turning prompt lookup on" in out
+    assert ("Predicted **1.562× [1.562, 1.562]** if verifying the replay's 3.00 drafted tokens per request per "
+            "round costs what it costs ng (its round-cost fit per batch bucket, R² 0.43-1.00); 2.000× [2.000, "
+            "2.000] if verification were free (an upper bound). It rests on 2 replayed requests and 2 batch "
+            "buckets (1, 2), 100.0% of base's rounds.") in out
+    assert "| 1 | 3 | 2 | 3 | 6.000 | 1.0 | 4.0 | 8.000 | 1.00 | 1.500× | 2.000× |" in out
+    assert "| 2 | 2 | 2 | 4 | 8.000 | 2.0 | 8.0 | 10.000 | 0.43 | 1.600× | 2.000× |" in out
+
+
+@pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
+def test_cli_verify_cost_must_be_a_finite_non_negative_number(hand_trace, value):
+    result = CliRunner().invoke(main, ["replay-ngram", str(hand_trace), "--verify-cost-ms-per-token", value])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and "verify_cost_ms_per_token >= 0" in result.stderr
+
+
+def test_cli_bad_config_exits_2(hand_trace, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[evidence]\nmin_baseline_steps = 0\n")
+    result = CliRunner().invoke(main, ["replay-ngram", str(hand_trace), "--config", str(path)])
+    assert result.exit_code == 2 and "evidence.min_baseline_steps" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_interval_spans_the_groups_closed_form():
+    """Two request groups, tokens per round 1 and 3 (2 rounds each). A replicate that
+    draws only the first gives 1·K, only the second 3·K, K = Σ t0·n / Σ time; each
+    happens in Pr(w1 > 0, w2 = 0) = (1 − e⁻¹)·e⁻¹ ≈ 23% of replicates, above 2.5%, so
+    the 95% interval is exactly [K, 3K] around the pooled 8/4 = 2·K."""
+    groups = np.zeros((GROUPS, 3), dtype=np.int64)
+    groups[5] = (2, 2, 0)
+    groups[40] = (2, 6, 8)
+    replayed = Replayed(rounds=4, committed=8, drafted=8, groups=groups)
+    cost = DeploymentCost("d", OWN, {"1": Bucket("1", 6.0), "2": Bucket("2", 8.0)})
+    # bucket 1: 10 rounds in 80 ms; bucket 2: 5 rounds in 50 ms; bucket 3 has no t0
+    cells = [("1", 10, 80.0), ("2", 5, 50.0), ("3", 5, 70.0)]
+    k = (6 * 10 + 8 * 5) / (80 + 50)
+    out = predict(replayed, cells, 25, cost, evidence=Evidence(), weights=bootstrap_weights(Intervals()))
+    assert out["predicted_speedup"] == pytest.approx(2 * k)
+    assert out["predicted_speedup_interval"] == pytest.approx([k, 3 * k])
+    assert out["predicted_speedup_coverage"] == pytest.approx(15 / 25)
+    assert out["predicted_speedup_upper_bound"] is None
+
+
+def test_sample_baseline_prediction_lands_on_what_ngram_measured():
+    """base-bf16 and ngram-bf16 serve the same requests on the same model and GPU; priced
+    with ngram-bf16's round-cost fit, base-bf16's prediction must hold ngram-bf16's
+    measured speedup in its interval, and lie within 2% of it (docs/tuning.md)."""
+    ws = open_traces(ROOT / "sample_traces")
+    try:
+        res = replay_ngram(ws.con, min_n=2, max_n=5, k=4)
+    finally:
+        ws.close()
+    rows = {r["deployment_id"]: r for r in res["deployments"]}
+    base, ngram = rows["base-bf16"], rows["ngram-bf16"]
+    measured = ngram["measured"]["speedup"]
+    assert base["round_cost_source"] == "ngram-bf16" and base["num_requests"] == ngram["num_requests"] == 600
+    lo, hi = base["predicted_speedup_interval"]
+    assert lo <= measured <= hi
+    assert abs(base["predicted_speedup"] / measured - 1) < 0.02
+    # the same replay priced free is tokens per round, far above what verification allows
+    assert base["predicted_speedup_upper_bound"] == pytest.approx(base["tokens_per_round"])
+    assert base["predicted_speedup_upper_bound"] > hi
+    # base-fp8 has only a draft-model deployment beside it: the upper bound, said so
+    assert rows["base-fp8"]["round_cost_assumption"] == "free_verify"
+    assert [b["left_out"] for b in base["predicted_by_batch"]] == [None] * 8

@@ -33,7 +33,12 @@ rounds without drafts / rounds.
 
 Predicted speedup
 -----------------
-With the deployment's own round-cost figures: its decode-only rounds (with a
+``analyzer.analysis.replay_cost`` prices every row with one formula, tpr · Σ_b
+t0(b)·n(b) / Σ_b n(b)·T_round(b), and gives its 95 % interval (a bootstrap of
+the replayed requests in 64 groups). For a baseline (method none) it is what
+turning the drafter on would give, with the round-cost assumption stated
+(``round_cost_statement``) and the free-verify upper bound beside; see that
+module. For a speculative deployment, with its own round-cost figures: its decode-only rounds (with a
 clean step) per batch bucket b, their measured time, and its matched
 baseline's t0(b) are kept; only the tokens per round are replaced by the
 replay's:
@@ -52,7 +57,8 @@ prediction is pessimistic there), verifying more or fewer drafts changes the
 verify time, and with more tokens per round a request needs fewer rounds, so
 the batch mix would shift. It is null, with a note, when the deployment has
 no matched baseline, no steps, or no decode-only rounds in a bucket the
-baseline covers.
+baseline covers (a baseline: when no bucket clears the [evidence] floors, or
+fewer than min_baseline_requests requests were replayed).
 
 Deployments whose method is ``ngram`` also get their measured values
 (``measured``) beside the prediction; with the same parameters as the
@@ -70,6 +76,7 @@ stderr and drops them before the results are written as JSON.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -80,7 +87,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputProblem
+from .config import Evidence, Intervals
 from .ngram import VARIANTS, replay_batch
+from .replay_cost import GROUPS, Replayed, bootstrap_weights, deployment_costs, predict
 
 DEFAULT_MIN_N = 2
 DEFAULT_MAX_N = 5
@@ -113,13 +122,20 @@ def replay_ngram(
     category: str | None = None,
     variant: str = "prompt_lookup",
     max_match: int = SUFFIX_MAX_MATCH,
+    verify_cost_ms_per_token: float | None = None,
+    evidence: Evidence | None = None,
+    intervals: Intervals | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Replay one drafter variant over the requests in ``con`` (clean tables and views).
 
+    ``verify_cost_ms_per_token`` prices a baseline's verification (analysis.replay_cost);
+    ``evidence`` and ``intervals`` are the config's floors and bootstrap settings.
     Raises ValueError on bad parameters, when the requests table is absent, when
     ``category`` names no request, or when no request has both token lists.
     """
+    evidence = evidence or Evidence()
+    intervals = intervals or Intervals()
     variant = variant.replace("-", "_")
     if variant not in VARIANTS:
         raise InputProblem(f"unknown variant {variant!r}; expected prompt_lookup or suffix")
@@ -129,6 +145,8 @@ def replay_ngram(
         raise InputProblem(f"need min_n <= max_n, got min_n={min_n} max_n={max_n}")
     if variant == "suffix" and max_match < min_n:
         raise InputProblem(f"need min_n <= max_match, got min_n={min_n} max_match={max_match}")
+    if verify_cost_ms_per_token is not None and not 0 <= verify_cost_ms_per_token < math.inf:
+        raise InputProblem(f"need a finite verify_cost_ms_per_token >= 0, got {verify_cost_ms_per_token}")
     longest = max_n if variant == "prompt_lookup" else max_match
     parameters: dict[str, Any] = (
         {"min_n": min_n, "max_n": max_n, "k": k} if variant == "prompt_lookup"
@@ -148,15 +166,17 @@ def replay_ngram(
     # ------------------------------------------------------------------ the replay
     started = time.perf_counter()
     sums: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(SUMS, 0))
+    # per request group (request_uid mod GROUPS): rounds, committed, drafted, for the intervals
+    group_sums: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros((GROUPS, 3), dtype=np.int64))
     tokens_replayed = requests_done = 0
     last_report = started
     rel = con.sql(f"""
-        select deployment_id, coalesce(category, 'unlabeled') as category, temperature,
+        select deployment_id, coalesce(category, 'unlabeled') as category, temperature, request_uid,
                prompt_token_ids, output_token_ids
         from requests where {where} and {_HAS_IDS}""", params=params or None)
     for batch in _arrow_batches(rel, READ_ROWS):
         for chunk in _chunks(batch, TOKEN_BUDGET):
-            tokens_replayed += _replay_chunk(chunk, sums, min_n, longest, k, variant)
+            tokens_replayed += _replay_chunk(chunk, sums, group_sums, min_n, longest, k, variant)
             requests_done += chunk.num_rows
             if progress and time.perf_counter() - last_report > 2:
                 last_report = time.perf_counter()
@@ -169,40 +189,55 @@ def replay_ngram(
     # ------------------------------------------------------------------ costs and measured values
     methods = dict(con.execute("select deployment_id, method from deployments").fetchall())
     configs = dict(con.execute("select deployment_id, spec_config from deployments").fetchall())
-    speedup = {d: (b, s, note) for d, b, s, note in con.execute(
-        "select deployment_id, baseline_id, speedup, speedup_note from speedup").fetchall()}
-    cost_dep, cost_cat, no_draft = _costs(con)
+    speedup = {d: (b, note) for d, b, note in con.execute(
+        "select deployment_id, baseline_id, speedup_note from speedup").fetchall()}
+    costs = deployment_costs(con, methods, {d: note for d, (_, note) in speedup.items()}, evidence=evidence,
+                             per_token_ms=verify_cost_ms_per_token)
+    cells_dep, cells_cat, no_draft = _cells(con)
     ngram_deps = sorted({d for d, _ in sums if methods.get(d) == "ngram"})
     measured_dep, measured_cat = _measured(con, ngram_deps, no_draft)
+    weights = bootstrap_weights(intervals)
 
-    def row(dep: str, cat: str | None, s: dict[str, int], cost: tuple | None, measured: dict | None) -> dict:
+    def row(dep: str, cat: str | None, s: dict[str, int], groups: np.ndarray, cells: tuple | None,
+            measured: dict | None, mix: Replayed | None = None) -> dict:
         out: dict[str, Any] = {"deployment_id": dep}
         if cat is not None:
             out["category"] = cat
-        baseline_id, _, note = speedup.get(dep, (None, None, None))
-        out.update(method=methods.get(dep), baseline_id=baseline_id)
+        out.update(method=methods.get(dep), baseline_id=speedup.get(dep, (None, None))[0])
         out.update({key: s[key] for key in SUMS[:6]})
         out.update(_ratios(s))
         out["sampled_share"] = s["sampled_requests"] / s["num_requests"] if s["num_requests"] else None
         out["unknown_temperature_share"] = (s["unknown_temperature_requests"] / s["num_requests"]
                                             if s["num_requests"] else None)
-        out.update(_predicted_speedup(out["tokens_per_round"], cost, note, cat is not None))
+        replayed = Replayed(s["num_rounds"], s["num_committed_tokens"], s["num_draft_tokens"], groups)
+        bucket_cells, all_rounds = cells or ([], 0)
+        out.update(predict(replayed, bucket_cells, all_rounds, costs.get(dep), mix=mix, evidence=evidence,
+                           weights=weights, min_requests=evidence.min_baseline_requests,
+                           num_requests=s["num_requests"]))
         out["measured"] = measured
         return out
 
     deployments, categories = [], []
     by_dep: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(SUMS, 0))
+    groups_dep: dict[str, np.ndarray] = defaultdict(lambda: np.zeros((GROUPS, 3), dtype=np.int64))
     for (dep, cat), s in sorted(sums.items()):
         for key in SUMS:
             by_dep[dep][key] += s[key]
+        groups_dep[dep] += group_sums[dep, cat]
+    # A category's requests share steps with the deployment's others: its round cost is
+    # priced at the deployment's drafts per round (with --category, the category's own).
+    mixes = {dep: Replayed(s["num_rounds"], s["num_committed_tokens"], s["num_draft_tokens"], groups_dep[dep])
+             for dep, s in by_dep.items()}
+    for (dep, cat), s in sorted(sums.items()):
         measured = measured_cat.get((dep, cat)) if dep in ngram_deps else None
-        categories.append(row(dep, cat, s, cost_cat.get((dep, cat)), measured))
+        mix = mixes[dep] if mixes[dep].rounds else None
+        categories.append(row(dep, cat, s, group_sums[dep, cat], cells_cat.get((dep, cat)), measured, mix))
     if category is None:
         for dep, s in sorted(by_dep.items()):
             measured = measured_dep.get(dep) if dep in ngram_deps else None
-            deployments.append(row(dep, None, s, cost_dep.get(dep), measured))
+            deployments.append(row(dep, None, s, groups_dep[dep], cells_dep.get(dep), measured))
 
-    notes = _notes(variant, parameters, by_dep, missing, ngram_deps, configs, category)
+    notes = _notes(variant, parameters, by_dep, missing, ngram_deps, configs, category, costs, evidence, intervals)
     return {
         "variant": variant,
         "parameters": parameters,
@@ -262,8 +297,10 @@ def _flat(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), np.diff(offsets)
 
 
-def _replay_chunk(chunk: pa.RecordBatch, sums: dict, min_n: int, longest: int, k: int, variant: str) -> int:
-    """Replay the requests of ``chunk`` and add their totals to ``sums``; return the tokens replayed."""
+def _replay_chunk(chunk: pa.RecordBatch, sums: dict, group_sums: dict, min_n: int, longest: int, k: int,
+                  variant: str) -> int:
+    """Replay the requests of ``chunk`` and add their totals to ``sums``, and their rounds,
+    committed and drafted tokens per request group to ``group_sums``; return the tokens replayed."""
     prompt, prompt_len = _flat(chunk.column("prompt_token_ids"))
     output, output_len = _flat(chunk.column("output_token_ids"))
     num = chunk.num_rows
@@ -295,10 +332,14 @@ def _replay_chunk(chunk: pa.RecordBatch, sums: dict, min_n: int, longest: int, k
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, key in enumerate(keys):
         groups[key].append(i)
+    request_group = chunk.column("request_uid").to_numpy(zero_copy_only=False).astype(np.uint64) % GROUPS
+    per_group = np.stack([per_request["num_rounds"], per_request["num_committed_tokens"],
+                          per_request["num_draft_tokens"]], axis=1).round().astype(np.int64)
     for key, members in groups.items():
         target = sums[key]
         for name, values in per_request.items():
             target[name] += int(round(float(values[members].sum())))
+        np.add.at(group_sums[key], request_group[members].astype(np.intp), per_group[members])
     return int(bounds[-1])
 
 
@@ -315,26 +356,20 @@ def _ratios(s: dict[str, int]) -> dict[str, float | None]:
 
 # --------------------------------------------------------------------------- cost and measured values
 
-def _costs(con: duckdb.DuckDBPyConnection) -> tuple[dict, dict, dict]:
-    """Round cost per deployment and per (deployment, category): (Σ_b t0(b)·rounds(b),
-    Σ_b time(b), covered rounds, all rounds) over the decode-only batch buckets with a
-    baseline t0(b); and the share of rounds without drafts, keyed (deployment, category)
-    and (deployment, None).
+def _cells(con: duckdb.DuckDBPyConnection) -> tuple[dict, dict, dict]:
+    """The decode cells per deployment and per (deployment, category): ([(batch_bucket,
+    decode-only rounds with a step, their time in ms)], all rounds), bucket by bucket in
+    order; and the share of rounds without drafts, keyed (deployment, category) and
+    (deployment, None).
 
     The rows are read in a fixed order and the times summed exactly (exact_ms), so the
-    float sums below come out the same in every run."""
-    t0 = {(d, b): v for d, b, v in con.execute(
-        "select deployment_id, batch_bucket, t0_ms from speedup_by_batch where t0_ms is not null").fetchall()}
-    per_dep: dict[str, list] = {}
+    float sums that follow come out the same in every run."""
+    per_dep: dict[str, tuple[list, list]] = {}
     for dep, bucket, rounds, round_ms in con.execute(
             "select deployment_id, batch_bucket, num_rounds, round_ms from speedup_by_batch "
             "order by deployment_id, bucket_min").fetchall():
-        acc = per_dep.setdefault(dep, [0.0, 0.0, 0, 0])
-        if (dep, bucket) in t0:
-            acc[0] += t0[dep, bucket] * rounds
-            acc[1] += round_ms * rounds
-            acc[2] += rounds
-    per_cat: dict[tuple[str, str], list] = {}
+        per_dep.setdefault(dep, ([], [0]))[0].append((bucket, rounds, round_ms * rounds))
+    per_cat: dict[tuple[str, str], tuple[list, list]] = {}
     no_draft: dict[tuple[str, str | None], list[int]] = {}
     # One pass over the rounds: per (deployment, category, batch bucket), all rounds,
     # rounds without drafts, and the decode-only rounds with a step and their time.
@@ -345,38 +380,19 @@ def _costs(con: duckdb.DuckDBPyConnection) -> tuple[dict, dict, dict]:
                    cast(sum(exact_ms(duration_ms)) filter (where decode_only and has_step) as double)
             from round_facts
             group by deployment_id, category, batch_bucket
-            order by deployment_id, category, batch_bucket nulls last""").fetchall():
-        acc = per_cat.setdefault((dep, cat), [0.0, 0.0, 0, 0])
-        acc[3] += rounds
-        if dep in per_dep:
-            per_dep[dep][3] += rounds
-        if decode and (dep, bucket) in t0:
-            acc[0] += t0[dep, bucket] * decode
-            acc[1] += time_ms
-            acc[2] += decode
+            order by deployment_id, category, batch_bucket_min(batch_bucket) nulls last""").fetchall():
+        cells, total = per_cat.setdefault((dep, cat), ([], [0]))
+        total[0] += rounds
+        per_dep.setdefault(dep, ([], [0]))[1][0] += rounds
+        if decode:
+            cells.append((bucket, decode, time_ms))
         for key in ((dep, cat), (dep, None)):
             counts = no_draft.setdefault(key, [0, 0])
             counts[0] += without
             counts[1] += rounds
     shares = {key: without / rounds for key, (without, rounds) in no_draft.items() if rounds}
-    return ({d: tuple(v) for d, v in per_dep.items()}, {k: tuple(v) for k, v in per_cat.items()}, shares)
-
-
-def _predicted_speedup(tpr: float | None, cost: tuple | None, deployment_note: str | None,
-                       per_category: bool) -> dict[str, Any]:
-    value = coverage = note = None
-    if tpr is None:
-        note = "no rounds replayed: every output has fewer than 2 tokens"
-    elif deployment_note:
-        note = deployment_note
-    elif cost is None or not cost[1]:
-        where = "this category has" if per_category else "this deployment has"
-        note = f"no speedup: {where} no decode-only round in a batch bucket that the baseline covers"
-    else:
-        t0_rounds, time_ms, covered, all_rounds = cost
-        value = tpr * t0_rounds / time_ms
-        coverage = covered / all_rounds if all_rounds else None
-    return {"predicted_speedup": value, "predicted_speedup_coverage": coverage, "predicted_speedup_note": note}
+    return ({d: (c, t[0]) for d, (c, t) in per_dep.items()}, {k: (c, t[0]) for k, (c, t) in per_cat.items()},
+            shares)
 
 
 def _measured(con: duckdb.DuckDBPyConnection, deps: list[str], no_draft: dict) -> tuple[dict, dict]:
@@ -418,7 +434,8 @@ def _ngram_config(spec_config: str | None) -> tuple[int | None, int | None, int 
             config.get("num_speculative_tokens"))
 
 
-def _notes(variant, parameters, by_dep, missing, ngram_deps, configs, category) -> list[str]:
+def _notes(variant, parameters, by_dep, missing, ngram_deps, configs, category, costs, evidence,
+           intervals) -> list[str]:
     replayed = sum(s["num_requests"] for s in by_dep.values())
     sampled = sum(s["sampled_requests"] for s in by_dep.values())
     unknown = sum(s["unknown_temperature_requests"] for s in by_dep.values())
@@ -438,12 +455,29 @@ def _notes(variant, parameters, by_dep, missing, ngram_deps, configs, category) 
     notes.append("Greedy assumption: a draft is accepted exactly while it equals the logged output. "
                  "This is exact for greedy decoding (temperature 0) and approximate under sampling, "
                  f"where a real engine accepts by rejection sampling; {temperature}.")
-    notes.append("predicted_speedup keeps the measured deployment's round cost: its decode-only rounds "
-                 "per batch bucket and their measured time, and the matched baseline's t0(b); only tokens "
-                 "per round are replaced by the replay's (Σ_b t0(b)·rounds(b)·tpr_pred / Σ_b rounds(b)·"
-                 "round_ms(b)). n-gram drafting is cheaper than a draft model's passes, verifying more "
-                 "tokens costs more, and more tokens per round would change the batch mix: treat it as "
-                 "an estimate of the order of magnitude.")
+    notes.append("For a speculative deployment, predicted_speedup keeps its measured round cost: its "
+                 "decode-only rounds per batch bucket and their measured time, and the matched baseline's "
+                 "t0(b); only tokens per round are replaced by the replay's (Σ_b t0(b)·rounds(b)·tpr_pred / "
+                 "Σ_b rounds(b)·round_ms(b)). n-gram drafting is cheaper than a draft model's passes, "
+                 "verifying more tokens costs more, and more tokens per round would change the batch mix: "
+                 "treat it as an estimate of the order of magnitude.")
+    baselines = sorted(dep for dep in by_dep if costs.get(dep) and costs[dep].is_baseline)
+    if baselines:
+        notes.append(f"For a baseline (method none), predicted_speedup is what turning this drafter on would "
+                     f"give: t0(b)·tpr_pred / T_round(b) per batch bucket, throughput-weighted over its decode "
+                     f"rounds, with the lookup free and T_round(b) the round time assumed (its statement "
+                     f"stands beside it); predicted_speedup_upper_bound prices verification at 0. A batch "
+                     f"bucket needs {evidence.min_baseline_steps} decode steps and "
+                     f"{evidence.min_baseline_requests} requests of the baseline ([evidence] "
+                     f"min_baseline_steps, min_baseline_requests), a row {evidence.min_baseline_requests} "
+                     f"replayed requests; below that it says not enough data.")
+    for dep in baselines:
+        if costs[dep].source_note:
+            notes.append(f"{costs[dep].source_note[0].upper()}{costs[dep].source_note[1:]}: its "
+                         f"predicted_speedup is the upper bound.")
+    notes.append(f"Intervals: 95%, a Poisson bootstrap of the replayed requests in {GROUPS} groups "
+                 f"({intervals.replicates:,} replicates, seed {intervals.seed}); t0 and the round cost are held "
+                 f"fixed.")
     if missing:
         listed = ", ".join(f"{dep} {n:,}" for dep, n in sorted(missing.items()))
         notes.append(f"Requests without prompt_token_ids or output_token_ids are left out: {listed}.")
@@ -455,7 +489,10 @@ def _notes(variant, parameters, by_dep, missing, ngram_deps, configs, category) 
                          f"num_speculative_tokens={gamma}; the replay used min_n={used[0]}, max_n={used[1]}, "
                          f"k={used[2]}, so its measured values are not the replay's target.")
     if category is not None:
-        notes.append(f"Only category {category!r} was replayed; deployment totals are left out.")
+        notes.append(f"Only category {category!r} was replayed; deployment totals are left out."
+                     + (" A baseline's rounds are priced at this category's drafts per round, as if its steps "
+                        "held only this category's requests (a full replay prices them at the deployment's)."
+                        if baselines else ""))
     notes.append("Random-token benchmarks have no repetition to copy: only real prompts can tell what "
                  "n-gram or suffix drafting is worth.")
     return notes
