@@ -271,9 +271,8 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
     click.echo(f"wrote {result.out_dir}/report.md, report.json, report.html and {out / 'history.parquet'}")
     for line in result.regression_lines:
         click.echo(line)
-    for r in result.regressions:
-        click.echo(f"regression: {r['deployment_id']} {r['metric']} {r['value']:.4g} vs median "
-                   f"{r['baseline']:.4g} ({r['change']:+.1%})")
+    for line in result.flag_lines:
+        click.echo(f"regression: {line}")
     if result.gates_failed:
         click.echo("a deployment gate failed: see the report's gates section")
     sys.exit(result.exit_status)
