@@ -251,7 +251,8 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
 @click.option("--date", "date", required=True, help="The day to analyse, YYYY-MM-DD: only its date= partitions.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
               help="Output directory: OUT/DATE/report.{md,json,html} and OUT/history.parquet.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), help="TOML gates and regression thresholds.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="TOML gates, regression thresholds and [nightly] accept_since.")
 @_memory_option
 @_progress_option
 def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory_limit: str,
