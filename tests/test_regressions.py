@@ -288,6 +288,17 @@ def test_a_deployment_with_too_few_dates_of_its_own_is_named():
         "Regressions: not checked for new (1 earlier date); 3 needed (min_history_dates)"]
 
 
+def test_a_day_of_new_deployments_only_is_not_checked():
+    # five dates of "old" in the history, but the day's only deployment has none of its own: nothing was
+    # compared, so the run says "not checked", not "none"
+    data = pl.concat([days(NOISY, last=day(-1), deployment="old"), frame([], (0.5, 1.0, 90.0), "new")])
+    c, flagged = check(data)
+    assert (c, flagged) == ({"status": "insufficient_history", "earlier_dates": 0, "needed": 3, "window_days": 7,
+                             "not_checked": [], "accepted_since": {}}, [])
+    assert status_lines(c, flagged) == [
+        "Regressions: not checked — 0 earlier dates in the history, 3 needed (min_history_dates)"]
+
+
 def test_a_metric_with_too_few_values_in_the_window_is_skipped():
     # tpot_p99 only on the last two earlier days: two values are not enough for a median and a spread
     earlier = [(s, a, t if i >= 3 else None) for i, (s, a, t) in enumerate(NOISY)]
