@@ -257,7 +257,8 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
 @click.option("--date", "date", required=True, help="The day to analyse, YYYY-MM-DD: only its date= partitions.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
               help="Output directory: OUT/DATE/report.{md,json,html} and OUT/history.parquet.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), help="TOML gates and regression thresholds.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="TOML gates, regression thresholds and [nightly] accept_since.")
 @_memory_option
 @_progress_option
 def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory_limit: str,
@@ -277,9 +278,8 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
     click.echo(f"wrote {result.out_dir}/report.md, report.json, report.html and {out / 'history.parquet'}")
     for line in result.regression_lines:
         click.echo(line)
-    for r in result.regressions:
-        click.echo(f"regression: {r['deployment_id']} {r['metric']} {r['value']:.4g} vs median "
-                   f"{r['baseline']:.4g} ({r['change']:+.1%})")
+    for line in result.flag_lines:
+        click.echo(f"regression: {line}")
     if result.gates_failed:
         click.echo("a gate check blocks a deployment: see the report's What to do and gates sections")
     sys.exit(result.exit_status)

@@ -2,10 +2,12 @@
 
 ``run_nightly`` reads only the ``date=D`` partitions, writes
 ``OUT/D/report.{md,json,html}``, compares D's headline metrics with up to
-``window_days`` earlier dates in ``OUT/history.parquet`` (``history.check_regressions``:
-past the threshold and the window's spread, and only with ``min_history_dates``
-earlier dates), and then upserts D's rows into that history (written aside and
-renamed).
+``window_days`` earlier dates in ``OUT/history.parquet`` that were not flagged
+themselves (``history.check_regressions``: past the threshold and the window's
+robust spread, only with ``min_history_dates`` earlier dates, and from
+``[nightly] accept_since`` on when D is on or after it), and then upserts D's
+rows into that history (written aside and renamed). The history holds no flags:
+they are replayed from its metrics on every run.
 
 Runs for different dates may overlap (a backfill with ``xargs -P``, long cron
 runs): from reading the history to renaming the new one over it, a run holds
@@ -25,7 +27,7 @@ from .analysis import history
 from .analysis.config import Config, load_config
 from .errors import InputProblem
 from .ingest.load import Progress
-from .render.regressions import status_lines
+from .render.regressions import flag_line, status_lines
 
 
 @dataclass
@@ -35,8 +37,9 @@ class NightlyResult:
     regressions: list[dict]
     gates_failed: bool
     regression_check: dict
-    # The check's outcome in words (render.regressions), for the CLI to print as it is.
+    # The check's outcome and each flag in words (render.regressions), for the CLI to print as they are.
     regression_lines: list[str]
+    flag_lines: list[str]
 
     @property
     def exit_status(self) -> int:
@@ -73,7 +76,8 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
     with history.locked(history_path, timeout=lock_timeout):
         previous = history.read_history(history_path)
         combined = history.merge(previous, today)
-        doc["regression_check"], doc["regressions"] = history.check_regressions(combined, day, config.regression)
+        doc["regression_check"], doc["regressions"] = history.check_regressions(
+            combined, day, config.regression, config.nightly)
 
         if progress:
             progress(f"writing {day_dir}")
@@ -86,4 +90,5 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
             html.render(doc, history=combined, title=f"specan nightly {day.isoformat()}"), encoding="utf-8")
         history.write_atomic(history_path, combined)
     return NightlyResult(day, day_dir, doc["regressions"], api.gates_failed(doc), doc["regression_check"],
-                         status_lines(doc["regression_check"], doc["regressions"]))
+                         status_lines(doc["regression_check"], doc["regressions"]),
+                         [flag_line(r, doc["date"]) for r in doc["regressions"]])

@@ -77,10 +77,36 @@ def test_only_the_day_with_the_acceptance_drop_is_flagged(tmp_path, loose):
     assert "## Regressions" in (out / DATES[3] / "report.md").read_text()
     # the fourth date is the first with min_history_dates (3) earlier dates; the others say so
     assert last["regression_check"] == {"status": "checked", "earlier_dates": 3, "needed": 3, "window_days": 7,
-                                        "not_checked": []}
+                                        "not_checked": [], "accepted_since": {}}
+    assert [r["window_dates"] for r in last["regressions"]] == [DATES[:3]] * 2
     third = json.loads((out / DATES[2] / "report.json").read_text())
     assert third["regression_check"]["status"] == "insufficient_history"
     assert third["regression_check"]["earlier_dates"] == 2
+
+
+def test_a_backfilled_date_is_compared_with_the_dates_before_it(tmp_path, loose):
+    # accept length 3 on the 25th-27th, then 2 (K = 1) from the 28th to the 30th; the 28th runs last, as a
+    # backfill. Each drop day is compared with the three days of 3 (median 3, MAD 0, limit 5 %): −1/3
+    dates = DATES + ["2026-11-29", "2026-11-30"]
+    traces = write_days(tmp_path / "traces", dict(zip(dates, [2, 2, 2, 1, 1, 1])))
+    out = tmp_path / "out"
+    first = [nightly(traces, d, out, loose) for d in dates[:3] + dates[4:]]
+    assert [r.exit_code for r in first] == [0, 0, 0, 1, 1]
+    # without the 28th, the 29th starts the flag and the 30th continues it
+    assert "flagged since then" not in first[3].stdout
+    assert f"window before {dates[4]}, flagged since then" in first[4].stdout
+    backfill = nightly(traces, dates[3], out, loose)
+    assert backfill.exit_code == 1
+    doc = json.loads((out / dates[3] / "report.json").read_text())
+    # later dates in the history (the 29th and 30th) are not in its window, and not counted
+    assert doc["regression_check"]["earlier_dates"] == 3
+    assert [(r["metric"], r["baseline"], r["window_dates"], r["flagged_since"]) for r in doc["regressions"]] == [
+        ("mean_accept_length", 3.0, dates[:3], dates[3]), ("speedup", 2.0, dates[:3], dates[3])]
+    # the flags are replayed from the history, so the 30th run again now says the flag began on the 28th
+    again = nightly(traces, dates[5], out, loose)
+    assert f"window before {dates[3]}, flagged since then" in again.stdout
+    last = json.loads((out / dates[5] / "report.json").read_text())
+    assert [r["excluded_flagged_dates"] for r in last["regressions"]] == [dates[3:5]] * 2
 
 
 def test_a_day_reads_only_its_own_partitions(tmp_path, loose):
@@ -126,7 +152,7 @@ def test_no_earlier_date_means_nothing_is_checked():
     check, flagged = history.check_regressions(frame, day, Regression())
     assert flagged == []
     assert check == {"status": "insufficient_history", "earlier_dates": 0, "needed": 3, "window_days": 7,
-                     "not_checked": []}
+                     "not_checked": [], "accepted_since": {}}
 
 
 def test_window_takes_the_latest_dates_and_skips_nulls_and_zero_baselines():
@@ -138,10 +164,12 @@ def test_window_takes_the_latest_dates_and_skips_nulls_and_zero_baselines():
              "speedup": (1.0 if d.day < 25 else 2.0) if d.day < 28 else 1.8, "tpot_p99": None} for d in days]
     frame = pl.DataFrame(rows)
     check, flagged = history.check_regressions(frame, days[-1], Regression(window_days=3))
-    # speedup 1.8 vs median 2.0: -10%, past the 5% threshold and the window's spread (0: three equal days);
-    # accept length's baseline is 0 and tpot is null: skipped
+    # speedup 1.8 vs median 2.0: -10%, past the 5% threshold and the window's spread (0: three equal days,
+    # MAD 0); accept length's baseline is 0 and tpot is null: skipped
     assert flagged == [{"deployment_id": "spec", "metric": "speedup", "value": 1.8, "baseline": 2.0,
-                        "change": pytest.approx(-0.1), "spread": 0.0, "limit": 0.05}]
+                        "change": pytest.approx(-0.1), "spread": 0.0, "limit": 0.05,
+                        "window_dates": ["2026-11-25", "2026-11-26", "2026-11-27"], "excluded_flagged_dates": [],
+                        "flagged_since": "2026-11-28"}]
     assert check["status"] == "checked" and check["earlier_dates"] == 3
     # with a 9-day window the median of 1,1,1,1,1,2,2,2 is 1.0: a rise, not flagged
     assert history.check_regressions(frame, days[-1], Regression(window_days=9))[1] == []

@@ -1,48 +1,75 @@
-"""The nightly regression rule (issue 16): enough history, past the threshold and past the window's spread.
+"""The nightly regression rule (issues 16 and 22): enough history, past the threshold and past the
+window's robust spread, and a window of earlier dates that were not flagged themselves.
 
 The rule (analyzer/analysis/history.py, docs/commands.md "Regressions"): with at
 least min_history_dates earlier dates, a metric is flagged when its change
 against the window's median is past max(threshold, spread), where spread =
-(max − min) / median of the window. Every expected number below is worked out
-by hand in the comments.
+4 · 1.4826 · MAD / median (MAD: the median of |value − median| over the window).
+The window holds the latest window_days earlier dates that were not flagged for
+that metric, and none before accept_since once the date is on or after it.
+Every expected number below is worked out by hand in the comments.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 
 import polars as pl
 import pytest
 from click.testing import CliRunner
 
 from analyzer.analysis import history
-from analyzer.analysis.config import ConfigError, Regression, load_config
+from analyzer.analysis.config import ConfigError, Nightly, Regression, load_config
 from analyzer.cli import main
 from analyzer.render import markdown
-from analyzer.render.regressions import status_lines
+from analyzer.render.regressions import flag_line, status_lines
 from tracebuilder import at, write_columns, write_table
 
 TODAY = dt.date(2026, 11, 28)
 # Five earlier days of an unchanged deployment whose numbers move by noise:
-#   speedup            1.00 1.06 0.95 1.03 0.98  median 1.00  spread (1.06 − 0.95) / 1.00 = 0.11
-#   mean_accept_length 3.00 3.10 2.90 3.05 2.95  median 3.00  spread (3.10 − 2.90) / 3.00 = 0.0667
-#   tpot_p99           40   44   38   50   42    median 42    spread (50 − 38) / 42       = 0.2857
+#   speedup            1.00 1.06 0.95 1.03 0.98  median 1.00  |deviations| 0 .06 .05 .03 .02  MAD .03
+#                      spread 4 · 1.4826 · 0.03 / 1.00 = 0.177912
+#   mean_accept_length 3.00 3.10 2.90 3.05 2.95  median 3.00  |deviations| 0 .10 .10 .05 .05  MAD .05
+#                      spread 4 · 1.4826 · 0.05 / 3.00 = 0.09884
+#   tpot_p99           40   44   38   50   42    median 42    |deviations| 2 2 4 8 0          MAD 2
+#                      spread 4 · 1.4826 · 2 / 42 = 0.2824
 NOISY = [(1.00, 3.00, 40.0), (1.06, 3.10, 44.0), (0.95, 2.90, 38.0), (1.03, 3.05, 50.0), (0.98, 2.95, 42.0)]
+SPEEDUP_SPREAD, ACCEPT_SPREAD, TPOT_SPREAD = 4 * 1.4826 * 0.03, 4 * 1.4826 * 0.05 / 3, 4 * 1.4826 * 2 / 42
 
 
-def frame(earlier: list[tuple], today: tuple, deployment: str = "spec") -> pl.DataFrame:
-    """``earlier`` on the days before TODAY (the last one on the day before), then ``today``."""
-    days = [TODAY - dt.timedelta(days=len(earlier) - i) for i in range(len(earlier))] + [TODAY]
+def day(offset: int) -> dt.date:
+    """The date ``offset`` days after TODAY (negative: before it)."""
+    return TODAY + dt.timedelta(days=offset)
+
+
+def days(values: list[tuple], last: dt.date = TODAY, deployment: str = "spec") -> pl.DataFrame:
+    """History rows of (speedup, accept length, tpot_p99) on consecutive dates ending on ``last``."""
+    first = last - dt.timedelta(days=len(values) - 1)
     return pl.DataFrame(
-        [{"date": day, "deployment_id": deployment, "speedup": s, "mean_accept_length": a, "tpot_p99": t}
-         for day, (s, a, t) in zip(days, [*earlier, today])],
+        [{"date": first + dt.timedelta(days=i), "deployment_id": deployment, "speedup": s,
+          "mean_accept_length": a, "tpot_p99": t} for i, (s, a, t) in enumerate(values)],
         schema={"date": pl.Date, "deployment_id": pl.Utf8, "speedup": pl.Float64,
                 "mean_accept_length": pl.Float64, "tpot_p99": pl.Float64})
 
 
-def check(data: pl.DataFrame, **rule) -> tuple[dict, list[dict]]:
-    return history.check_regressions(data, TODAY, Regression(**rule))
+def frame(earlier: list[tuple], today: tuple, deployment: str = "spec") -> pl.DataFrame:
+    """``earlier`` on the days before TODAY (the last one on the day before), then ``today``."""
+    return days([*earlier, today], deployment=deployment)
+
+
+def check(data: pl.DataFrame, date: dt.date = TODAY, accept_since=None, **rule) -> tuple[dict, list[dict]]:
+    return history.check_regressions(data, date, Regression(**rule), Nightly(accept_since=accept_since))
+
+
+def checked(earlier: int, accepted: dict | None = None) -> dict:
+    return {"status": "checked", "earlier_dates": earlier, "needed": 3, "window_days": 7, "not_checked": [],
+            "accepted_since": accepted or {}}
+
+
+def isos(*offsets: int) -> list[str]:
+    return [day(o).isoformat() for o in offsets]
 
 
 # ---------------------------------------------------------------- too little history
@@ -56,20 +83,23 @@ def test_one_or_two_earlier_dates_are_not_checked_even_for_a_halving(earlier, se
     c, flagged = check(frame(NOISY[:earlier], (0.5, 1.5, 84.0)))
     assert flagged == []
     assert c == {"status": "insufficient_history", "earlier_dates": earlier, "needed": 3, "window_days": 7,
-                 "not_checked": []}
+                 "not_checked": [], "accepted_since": {}}
     assert status_lines(c, flagged) == [sentence]
 
 
 def test_exactly_min_history_dates_is_checked():
-    # 1.00 1.06 0.95: median 1.00, spread 0.11; 0.80 is −20 %, past max(0.05, 0.11)
-    c, flagged = check(frame(NOISY[:3], (0.80, 3.0, 40.0)))
-    assert c["status"] == "checked" and c["earlier_dates"] == 3
-    assert [(r["metric"], r["value"], r["baseline"]) for r in flagged] == [("speedup", 0.80, 1.00)]
-    assert flagged[0]["change"] == pytest.approx(-0.20)
-    assert flagged[0]["spread"] == pytest.approx(0.11)
-    assert flagged[0]["limit"] == pytest.approx(0.11)
+    # 1.00 1.06 0.95: median 1.00, |deviations| 0 .06 .05, MAD .05, spread 4 · 1.4826 · .05 = 0.29652:
+    # three days are a wide window, so 0.80 (−20 %) is within it and 0.60 (−40 %) is past it
+    assert check(frame(NOISY[:3], (0.80, 3.0, 40.0))) == (checked(3), [])
+    c, flagged = check(frame(NOISY[:3], (0.60, 3.0, 40.0)))
+    assert c == checked(3)
+    assert [(r["metric"], r["value"], r["baseline"]) for r in flagged] == [("speedup", 0.60, 1.00)]
+    assert flagged[0]["change"] == pytest.approx(-0.40)
+    assert flagged[0]["spread"] == pytest.approx(4 * 1.4826 * 0.05)
+    assert flagged[0]["limit"] == pytest.approx(4 * 1.4826 * 0.05)
+    assert flagged[0]["window_dates"] == isos(-3, -2, -1)
     # one more needed: the same history is no longer enough
-    c, flagged = check(frame(NOISY[:3], (0.80, 3.0, 40.0)), min_history_dates=4)
+    c, flagged = check(frame(NOISY[:3], (0.60, 3.0, 40.0)), min_history_dates=4)
     assert (c["status"], c["earlier_dates"], c["needed"], flagged) == ("insufficient_history", 3, 4, [])
 
 
@@ -77,11 +107,11 @@ def test_exactly_min_history_dates_is_checked():
 
 
 def test_noisy_but_unchanged_is_not_flagged():
-    # speedup 0.92: −8 %, past the 5 % threshold and below every earlier day, but within the spread (11 %);
+    # speedup 0.92: −8 %, past the 5 % threshold and below every earlier day, but within the spread (17.8 %);
     # accept length 2.86: −4.7 %, within both; tpot_p99 52: +23.8 %, past 10 % and above every earlier day,
-    # but within the spread (28.6 %)
+    # but within the spread (28.2 %)
     c, flagged = check(frame(NOISY, (0.92, 2.86, 52.0)))
-    assert c == {"status": "checked", "earlier_dates": 5, "needed": 3, "window_days": 7, "not_checked": []}
+    assert c == checked(5)
     assert flagged == []
     assert status_lines(c, flagged) == [
         "Regressions: none — no headline metric moved past both its threshold and the spread of the window's "
@@ -89,23 +119,27 @@ def test_noisy_but_unchanged_is_not_flagged():
 
 
 def test_a_real_drop_is_flagged():
-    # speedup 0.80 vs 1.00: −20 % past 11 %; accept length 2.40 vs 3.00: −20 % past 6.67 %;
-    # tpot_p99 56 vs 42: +33.3 % past 28.6 %
+    # speedup 0.80 vs 1.00: −20 % past 17.8 %; accept length 2.40 vs 3.00: −20 % past 9.88 %;
+    # tpot_p99 56 vs 42: +33.3 % past 28.2 %
     c, flagged = check(frame(NOISY, (0.80, 2.40, 56.0)))
     assert [r["metric"] for r in flagged] == ["mean_accept_length", "speedup", "tpot_p99"]
     accept, speedup, tpot = flagged
+    window = isos(-5, -4, -3, -2, -1)
     assert accept == {"deployment_id": "spec", "metric": "mean_accept_length", "value": 2.40, "baseline": 3.00,
-                      "change": pytest.approx(-0.2), "spread": pytest.approx(0.2 / 3),
-                      "limit": pytest.approx(0.2 / 3)}
+                      "change": pytest.approx(-0.2), "spread": pytest.approx(ACCEPT_SPREAD),
+                      "limit": pytest.approx(ACCEPT_SPREAD), "window_dates": window, "excluded_flagged_dates": [],
+                      "flagged_since": TODAY.isoformat()}
     assert (speedup["baseline"], speedup["change"], speedup["limit"]) == (1.00, pytest.approx(-0.2),
-                                                                          pytest.approx(0.11))
+                                                                          pytest.approx(SPEEDUP_SPREAD))
     assert (tpot["baseline"], tpot["change"], tpot["limit"]) == (42.0, pytest.approx(14 / 42),
-                                                                 pytest.approx(12 / 42))
+                                                                 pytest.approx(TPOT_SPREAD))
     assert status_lines(c, flagged) == ["Regressions: 3 flagged against the window's 5 earlier dates"]
+    assert flag_line(speedup, TODAY.isoformat()) == "spec speedup 0.8 vs median 1 (-20.0%)"
+    assert flag_line(tpot, TODAY.isoformat()) == "spec tpot_p99 56 vs median 42 (+33.3%)"
 
 
 def test_a_quiet_window_leaves_the_threshold_as_the_limit():
-    steady = [(1.0, 3.0, 40.0)] * 5          # spread 0: the limit is the threshold itself
+    steady = [(1.0, 3.0, 40.0)] * 5          # MAD 0, spread 0: the limit is the threshold itself
     assert check(frame(steady, (0.96, 3.0, 40.0)))[1] == []          # −4 %, within 5 %
     flagged = check(frame(steady, (0.94, 3.0, 40.0)))[1]             # −6 %, past 5 %
     assert [(r["metric"], r["spread"], r["limit"]) for r in flagged] == [("speedup", 0.0, 0.05)]
@@ -113,13 +147,131 @@ def test_a_quiet_window_leaves_the_threshold_as_the_limit():
 
 
 def test_the_window_is_the_latest_window_days_dates():
-    # seven quiet days at 1.0, two older ones at 2.0: window_days = 7 leaves the old ones out
-    earlier = [(2.0, 3.0, 40.0)] * 2 + [(1.0, 3.0, 40.0)] * 7
-    c, flagged = check(frame(earlier, (0.9, 3.0, 40.0)))
-    assert c["earlier_dates"] == 7                     # nine in the history, seven in the window
-    assert [(r["metric"], r["baseline"], r["limit"]) for r in flagged] == [("speedup", 1.0, 0.05)]
-    # a 9-date window takes them in: median 1.0, spread (2 − 1) / 1 = 1.0, so −10 % is noise
+    # five old days at 0.5, then four at 1.0 (a rise: speedup is checked for drops only, so nothing is
+    # flagged on the way); a 4-date window holds the four 1.0s: 0.9 is −10 % with MAD 0, past 5 %
+    earlier = [(0.5, 3.0, 40.0)] * 5 + [(1.0, 3.0, 40.0)] * 4
+    c, flagged = check(frame(earlier, (0.9, 3.0, 40.0)), window_days=4)
+    assert c["earlier_dates"] == 4                     # nine in the history, four in the window
+    assert [(r["metric"], r["baseline"], r["limit"], r["window_dates"]) for r in flagged] == [
+        ("speedup", 1.0, 0.05, isos(-4, -3, -2, -1))]
+    # a 9-date window takes them in: the median of five 0.5s and four 1.0s is 0.5, so 0.9 is a rise
     assert check(frame(earlier, (0.9, 3.0, 40.0)), window_days=9)[1] == []
+
+
+# ---------------------------------------------------------------- one bad day, a lasting drop
+
+
+def test_one_high_day_does_not_widen_the_spread():
+    # speedup 1.60 instead of 1.06 on the second day: a rise, so not flagged and in the window. The old
+    # spread (1.60 − 0.95) / 1.00 = 65 % would have hidden any drop; the MAD stays .03 (|deviations|
+    # 0 .60 .05 .03 .02) and the spread 17.8 %, so 0.80 (−20 %) is still flagged
+    earlier = [(1.00, 3.0, 40.0), (1.60, 3.0, 40.0), (0.95, 3.0, 40.0), (1.03, 3.0, 40.0), (0.98, 3.0, 40.0)]
+    (flag,) = check(frame(earlier, (0.80, 3.0, 40.0)))[1]
+    assert (flag["metric"], flag["baseline"]) == ("speedup", 1.0)
+    assert flag["spread"] == pytest.approx(SPEEDUP_SPREAD)
+
+
+LASTING = NOISY + [(0.80, 3.0, 40.0)] * 4          # five normal days, then −20 % for four days
+DROP = [day(o) for o in (-3, -2, -1, 0)]            # the four days of the drop, the last is TODAY
+
+
+def test_a_lasting_drop_stays_flagged_every_day():
+    # each day of the drop is compared with the five normal days: the drop's earlier days were flagged and
+    # stay out of the window, so median 1.00, MAD .03, spread 17.8 % and change −20 % every day. (The rule
+    # before issue 22 kept them in: on the second day 1.00 1.06 0.95 1.03 0.98 0.80 has median 0.99 and
+    # spread (1.06 − 0.80) / 0.99 = 26 %, so −19.2 % passed, and it flagged the first day only.)
+    data = days(LASTING)
+    for n, date in enumerate(DROP):
+        c, flagged = check(data, date)
+        # the dates before it, at most 7 (the window of accept length, which nothing flagged)
+        assert c == checked(min(5 + n, 7))
+        (flag,) = flagged
+        assert (flag["metric"], flag["value"], flag["baseline"]) == ("speedup", 0.80, 1.00)
+        assert (flag["change"], flag["spread"]) == (pytest.approx(-0.2), pytest.approx(SPEEDUP_SPREAD))
+        assert flag["window_dates"] == isos(-8, -7, -6, -5, -4)
+        assert flag["excluded_flagged_dates"] == [d.isoformat() for d in DROP[:n]]
+        assert flag["flagged_since"] == DROP[0].isoformat()
+    assert flag_line(flagged[0], TODAY.isoformat()) == (
+        f"spec speedup 0.8 vs median 1 (-20.0%): still below the median of the window before {DROP[0]}, "
+        f"flagged since then")
+
+
+def test_one_bad_day_is_flagged_once_and_leaves_the_window():
+    # day −2 is an outlier (0.50, flagged); day −1 is back to normal (1.00 vs the five normal days: not
+    # flagged, and nothing says "still"); today 0.80 is compared with the five normal days and day −1,
+    # not with the outlier: 1.00 1.06 0.95 1.03 0.98 1.00, median 1.00, |deviations| 0 .06 .05 .03 .02 0,
+    # MAD (.02 + .03) / 2 = .025, spread 4 · 1.4826 · .025 = 14.8 %, change −20 %: flagged, as a new flag.
+    # With the outlier in the window the old spread (1.06 − 0.50) / 1.00 = 56 % would have hidden it.
+    data = days(NOISY + [(0.50, 3.0, 40.0), (1.00, 3.0, 40.0), (0.80, 3.0, 40.0)])
+    assert [r["flagged_since"] for r in check(data, day(-2))[1]] == [day(-2).isoformat()]
+    assert check(data, day(-1)) == (checked(6), [])
+    (flag,) = check(data, TODAY)[1]
+    assert flag["window_dates"] == isos(-7, -6, -5, -4, -3, -1)
+    assert flag["excluded_flagged_dates"] == isos(-2)
+    assert flag["spread"] == pytest.approx(4 * 1.4826 * 0.025)
+    assert flag["flagged_since"] == TODAY.isoformat()
+    assert flag_line(flag, TODAY.isoformat()) == "spec speedup 0.8 vs median 1 (-20.0%)"
+
+
+def test_accept_since_makes_the_new_level_the_normal():
+    # accept_since = the drop's first day: before it, nothing changes; from it on, the dates before it leave
+    # the window, so the drop's first three days have 0, 1 and 2 earlier dates (not checked) and the fourth
+    # is compared with three days at 0.80: median 0.80, MAD 0, change 0, nothing flagged
+    data = days(LASTING)
+    since = DROP[0].isoformat()
+    assert check(data, day(-4), accept_since=DROP[0]) == (checked(4), [])      # a normal day before it
+    for n, date in enumerate(DROP[:3]):
+        c, flagged = check(data, date, accept_since=DROP[0])
+        assert flagged == []
+        assert c == {"status": "insufficient_history", "earlier_dates": n, "needed": 3, "window_days": 7,
+                     "not_checked": [], "accepted_since": {"spec": since}}
+    assert status_lines(c, flagged) == [
+        f"Regressions: not checked — 2 earlier dates in the history since accept_since {since}, "
+        f"3 needed (min_history_dates)"]
+    assert check(data, TODAY, accept_since=DROP[0]) == (checked(3, {"spec": since}), [])
+    # a drop below the new level is a regression again: 0.60 against 0.80 0.80 0.80 is −25 %
+    lower = days(LASTING[:-1] + [(0.60, 3.0, 40.0)])
+    (flag,) = check(lower, TODAY, accept_since=DROP[0])[1]
+    assert (flag["baseline"], flag["window_dates"]) == (0.80, [d.isoformat() for d in DROP[:3]])
+
+
+def test_accept_since_of_one_deployment_leaves_the_others_alone():
+    data = pl.concat([days(LASTING), days(LASTING, deployment="other")])
+    c, flagged = check(data, DROP[1], accept_since={"spec": DROP[0]})
+    since = DROP[0].isoformat()
+    assert c == {"status": "checked", "earlier_dates": 6, "needed": 3, "window_days": 7,
+                 "not_checked": [{"deployment_id": "spec", "earlier_dates": 1, "accepted_since": since}],
+                 "accepted_since": {"spec": since}}
+    assert [(r["deployment_id"], r["flagged_since"]) for r in flagged] == [("other", since)]
+    assert status_lines(c, flagged) == [
+        "Regressions: 1 flagged against the window's 6 earlier dates",
+        f"Regressions: not checked for spec (1 earlier date since accept_since {since}); 3 needed "
+        f"(min_history_dates)"]
+
+
+def test_a_backfilled_date_is_compared_with_its_own_earlier_dates_only():
+    # four normal days, TODAY at 0.80, and three later days at 0.80 already in the history (a backfill of
+    # TODAY after them). TODAY's window is the four days before it: 1.00 1.06 0.95 1.03, median 1.015,
+    # |deviations| .015 .045 .065 .015, MAD .03, spread 4 · 1.4826 · .03 / 1.015 = 17.5 %; change
+    # 0.80 / 1.015 − 1 = −21.2 %: flagged, exactly as if the later days did not exist
+    data = days(NOISY[:4] + [(0.80, 3.0, 40.0)] * 4, last=day(3))
+    c, flagged = check(data, TODAY)
+    assert (c, flagged) == check(data.filter(pl.col("date") <= TODAY), TODAY)
+    assert c == checked(4)
+    (flag,) = flagged
+    assert flag["window_dates"] == isos(-4, -3, -2, -1)
+    assert flag["baseline"] == pytest.approx(1.015)
+    assert flag["spread"] == pytest.approx(4 * 1.4826 * 0.03 / 1.015)
+    assert flag["change"] == pytest.approx(0.80 / 1.015 - 1)
+
+
+def test_a_changed_threshold_applies_to_the_past():
+    # with max_speedup_drop = 0.25 the drop's first day is not flagged, so it is in the window of the
+    # second: 1.00 1.06 0.95 1.03 0.98 0.80, median 0.99; −20 % is within 25 % on all four days
+    data = days(LASTING)
+    assert [check(data, d, max_speedup_drop=0.25)[1] for d in DROP] == [[], [], [], []]
+    # a 15 % threshold: the spread (17.8 %) is the limit again and all four are flagged
+    assert [len(check(data, d, max_speedup_drop=0.15)[1]) for d in DROP] == [1, 1, 1, 1]
 
 
 # ---------------------------------------------------------------- per deployment and per metric
@@ -134,6 +286,17 @@ def test_a_deployment_with_too_few_dates_of_its_own_is_named():
     assert status_lines(c, flagged) == [
         "Regressions: 1 flagged against the window's 5 earlier dates",
         "Regressions: not checked for new (1 earlier date); 3 needed (min_history_dates)"]
+
+
+def test_a_day_of_new_deployments_only_is_not_checked():
+    # five dates of "old" in the history, but the day's only deployment has none of its own: nothing was
+    # compared, so the run says "not checked", not "none"
+    data = pl.concat([days(NOISY, last=day(-1), deployment="old"), frame([], (0.5, 1.0, 90.0), "new")])
+    c, flagged = check(data)
+    assert (c, flagged) == ({"status": "insufficient_history", "earlier_dates": 0, "needed": 3, "window_days": 7,
+                             "not_checked": [], "accepted_since": {}}, [])
+    assert status_lines(c, flagged) == [
+        "Regressions: not checked — 0 earlier dates in the history, 3 needed (min_history_dates)"]
 
 
 def test_a_metric_with_too_few_values_in_the_window_is_skipped():
@@ -183,8 +346,8 @@ def test_bad_min_history_dates_names_file_and_key(tmp_path, text, key, message):
 # ---------------------------------------------------------------- rendering
 
 
-def doc_with(c: dict, flagged: list[dict]) -> dict:
-    return {"date": "2026-11-28", "regression_check": c, "regressions": flagged}
+def doc_with(c: dict, flagged: list[dict], date: dt.date = TODAY) -> dict:
+    return {"date": date.isoformat(), "regression_check": c, "regressions": flagged}
 
 
 def test_markdown_says_not_checked_and_never_none_without_history():
@@ -193,16 +356,19 @@ def test_markdown_says_not_checked_and_never_none_without_history():
         "## Regressions\n\nNot checked — 1 earlier date in the history, 3 needed (min_history_dates).\n")
 
 
-def test_markdown_table_shows_the_limit():
-    c, flagged = check(frame(NOISY, (0.80, 3.0, 40.0)))
-    text = markdown._regressions(doc_with(c, flagged))
-    assert text.startswith("## Regressions\n\n1 flagged against the window's 5 earlier dates.\n\n")
-    assert "| spec | speedup | 0.800 | 1.000 | -20.0% | 11.0% |" in text
+def test_markdown_lists_the_flags_and_their_windows():
+    c, flagged = check(days(LASTING), DROP[2])
+    text = markdown._regressions(doc_with(c, flagged, DROP[2]))
+    assert text.startswith(
+        "## Regressions\n\n1 flagged against the window's 7 earlier dates.\n\n"
+        f"- spec speedup 0.8 vs median 1 (-20.0%): still below the median of the window before {DROP[0]}, "
+        "flagged since then\n\n")
+    assert f"| spec | speedup | 1.000 | 17.8% | 17.8% | {day(-8)} – {day(-4)} (5) | 2 |" in text
 
 
 # ---------------------------------------------------------------- end to end
 
-DATES = [f"2026-11-{d}" for d in range(20, 27)]
+DATES = [f"2026-11-{d}" for d in range(20, 29)]
 LOOSE = "[gates.latency]\nttft_p99_ms = 1e9\ntpot_p95_ms = 1e9\nmax_stall_p99_ms = 1e9\n"
 
 
@@ -228,20 +394,30 @@ def write_days(root, spec_ms_by_day: dict[str, float]):
     return root
 
 
+def run(traces, dates, out, config):
+    return [CliRunner().invoke(main, ["nightly", str(traces), "--date", d, "--out", str(out),
+                                      "--config", str(config)]) for d in dates]
+
+
+def regression_lines(result) -> list[str]:
+    return [line for line in result.stdout.splitlines() if line.lower().startswith("regression")]
+
+
 def test_nightly_end_to_end_over_seven_dates(tmp_path):
-    # speedups 2.0, 1.923, 2.083, 1.961, 2.041 on five noisy days; then 1.852 (30 / 16.2): −7.4 % against
-    # the median 2.0, past the 5 % threshold and below every earlier day, but within the spread
-    # (2.083 − 1.923) / 2.0 = 8.0 %; then 1.6 (30 / 18.75): against the six earlier days (median
-    # (1.961 + 2.0) / 2 = 1.980, spread (2.083 − 1.852) / 1.980 = 11.7 %) −19.2 %, flagged
+    # speedups 2.0, 1.923, 2.083, 1.961, 2.041 on five noisy days (median 2.0, |deviations| 0 .077 .083
+    # .039 .041, MAD .0408 = 30 / 14.7 − 2, spread 4 · 1.4826 · .0408 / 2 = 12.1 %); then 1.852
+    # (30 / 16.2): −7.4 %, past the 5 % threshold and below every earlier day, but within the spread; then
+    # 1.6 (30 / 18.75) against the six earlier days: median (1.961 + 2.0) / 2 = 1.980, |deviations| .020
+    # .057 .103 .020 .060 .129, MAD (.057 + .060) / 2 = .0589, spread 17.6 %; −19.2 %, flagged
     ms = [15.0, 15.6, 14.4, 15.3, 14.7, 16.2, 18.75]
-    traces = write_days(tmp_path / "traces", dict(zip(DATES, ms)))
+    dates = DATES[:7]
+    traces = write_days(tmp_path / "traces", dict(zip(dates, ms)))
     config = tmp_path / "loose.toml"
     config.write_text(LOOSE)
     out = tmp_path / "out"
-    results = [CliRunner().invoke(main, ["nightly", str(traces), "--date", d, "--out", str(out),
-                                         "--config", str(config)]) for d in DATES]
+    results = run(traces, dates, out, config)
     assert [r.exit_code for r in results] == [0, 0, 0, 0, 0, 0, 1]
-    lines = [[line for line in r.stdout.splitlines() if line.lower().startswith("regression")] for r in results]
+    lines = [regression_lines(r) for r in results]
     assert lines[0] == ["Regressions: not checked — 0 earlier dates in the history, 3 needed (min_history_dates)"]
     assert lines[1] == ["Regressions: not checked — 1 earlier date in the history, 3 needed (min_history_dates)"]
     assert lines[2] == ["Regressions: not checked — 2 earlier dates in the history, 3 needed (min_history_dates)"]
@@ -249,21 +425,68 @@ def test_nightly_end_to_end_over_seven_dates(tmp_path):
                         "the window's 5 earlier dates"]
     assert lines[6] == ["Regressions: 1 flagged against the window's 6 earlier dates",
                         "regression: spec speedup 1.6 vs median 1.98 (-19.2%)"]
-    docs = [json.loads((out / d / "report.json").read_text()) for d in DATES]
+    docs = [json.loads((out / d / "report.json").read_text()) for d in dates]
     assert [d["regression_check"]["status"] for d in docs] == ["insufficient_history"] * 3 + ["checked"] * 4
     assert [d["regression_check"]["earlier_dates"] for d in docs] == [0, 1, 2, 3, 4, 5, 6]
     assert all(d["regressions"] == [] for d in docs[:6])
     (flag,) = docs[6]["regressions"]
-    speedups = [30 / m for m in ms[:6]]
     median = (30 / 15.3 + 30 / 15.0) / 2
+    mad = ((30 / 15.0 - 30 / 15.6) - (30 / 15.3 - median) + (30 / 14.7 - median)) / 2
+    assert mad == pytest.approx(((2.0 - 1.923077) - (1.960784 - median) + (2.040816 - median)) / 2)
     assert flag["metric"] == "speedup" and flag["value"] == pytest.approx(1.6)
     assert flag["baseline"] == pytest.approx(median)
-    assert flag["spread"] == pytest.approx((max(speedups) - min(speedups)) / median)
+    assert flag["spread"] == pytest.approx(4 * 1.4826 * (median - 30 / 15.6 + 30 / 14.7 - median) / 2 / median)
     assert flag["change"] == pytest.approx(1.6 / median - 1)
-    assert "Not checked — 1 earlier date in the history" in (out / DATES[1] / "report.md").read_text()
+    assert flag["window_dates"] == dates[:6] and flag["flagged_since"] == dates[6]
+    assert "Not checked — 1 earlier date in the history" in (out / dates[1] / "report.md").read_text()
     # the HTML page says the same sentences: not checked on day 2; the flag and its count on day 7
     assert ('<p class="note">Regressions: not checked — 1 earlier date in the history, 3 needed '
-            '(min_history_dates).</p>') in (out / DATES[1] / "report.html").read_text()
-    page = (out / DATES[6] / "report.html").read_text()
-    assert "<li>spec: speedup 1.600 vs median 1.980 (-19.2%)</li>" in page
+            '(min_history_dates).</p>') in (out / dates[1] / "report.html").read_text()
+    page = (out / dates[6] / "report.html").read_text()
+    assert "<li>spec speedup 1.6 vs median 1.98 (-19.2%)</li>" in page
     assert '<p class="note">Regressions: 1 flagged against the window&#x27;s 6 earlier dates.</p>' in page
+
+
+def test_nightly_flags_a_lasting_drop_every_day_until_accept_since(tmp_path):
+    # the five noisy days of the test above (median 2.0, MAD .0408, spread 12.1 %), then 1.6 (−20 %) for
+    # four days: each is compared with the five noisy days and flagged, exit 1 every day
+    ms = [15.0, 15.6, 14.4, 15.3, 14.7] + [18.75] * 4
+    traces = write_days(tmp_path / "traces", dict(zip(DATES, ms)))
+    config = tmp_path / "loose.toml"
+    config.write_text(LOOSE)
+    out = tmp_path / "out"
+    results = run(traces, DATES, out, config)
+    assert [r.exit_code for r in results] == [0] * 5 + [1] * 4
+    first = DATES[5]
+    assert regression_lines(results[5])[1] == "regression: spec speedup 1.6 vs median 2 (-20.0%)"
+    for result, earlier in zip(results[6:], (6, 7, 7)):
+        assert regression_lines(result) == [
+            f"Regressions: 1 flagged against the window's {earlier} earlier dates",
+            f"regression: spec speedup 1.6 vs median 2 (-20.0%): still below the median of the window before "
+            f"{first}, flagged since then"]
+    last = json.loads((out / DATES[8] / "report.json").read_text())
+    (flag,) = last["regressions"]
+    assert flag["window_dates"] == DATES[:5]
+    assert flag["excluded_flagged_dates"] == DATES[5:8]
+    assert flag["spread"] == pytest.approx(4 * 1.4826 * (30 / 14.7 - 2) / 2)
+    # the flags are replayed, not stored: running the drop's third day again says the same
+    again = run(traces, [DATES[7]], out, config)[0]
+    assert (again.exit_code, regression_lines(again)) == (1, regression_lines(results[7]))
+
+    # the same five days of history, then accept_since = the drop's first day: its first three days have
+    # 0, 1 and 2 earlier dates from it on (not checked, exit 0), the fourth is compared with three days
+    # of 1.6: nothing moved
+    accepted = tmp_path / "accepted"
+    accepted.mkdir()
+    shutil.copy(out / "history.parquet", accepted / "history.parquet")
+    config.write_text(LOOSE + f"[nightly]\naccept_since = {first}\n")
+    results = run(traces, DATES[5:], accepted, config)
+    assert [r.exit_code for r in results] == [0, 0, 0, 0]
+    assert [regression_lines(r) for r in results[:3]] == [
+        [f"Regressions: not checked — {n} in the history since accept_since {first}, 3 needed "
+         f"(min_history_dates)"] for n in ("0 earlier dates", "1 earlier date", "2 earlier dates")]
+    assert regression_lines(results[3]) == [
+        "Regressions: none — no headline metric moved past both its threshold and the spread of the window's "
+        "3 earlier dates"]
+    check = json.loads((accepted / DATES[8] / "report.json").read_text())["regression_check"]
+    assert check["accepted_since"] == {"base": first, "spec": first}

@@ -138,18 +138,20 @@ VERDICT = [{"deployment_id": "eagle-dyn-bf16", "action": "ship", "text": "Ship e
             "blocking": [{"gate": "capacity", "check": "speedup", "value": 0.79, "threshold": 1.0,
                           "baseline_value": None}], "shared": []}]
 REGRESSIONS = [{"deployment_id": "spec", "metric": "speedup", "value": 1.8, "baseline": 2.0, "change": -0.1,
-                "limit": 0.05}]
-CHECKED = {"status": "checked", "earlier_dates": 5, "needed": 3, "window_days": 7, "not_checked": []}
+                "spread": 0.0, "limit": 0.05, "excluded_flagged_dates": [], "flagged_since": "2026-11-28",
+                "window_dates": ["2026-11-23", "2026-11-24", "2026-11-25", "2026-11-26", "2026-11-27"]}]
+CHECKED = {"status": "checked", "earlier_dates": 5, "needed": 3, "window_days": 7, "not_checked": [],
+           "accepted_since": {}}
 
 
 def test_what_to_do_box_has_the_verdict_then_the_regressions():
-    assert html._what_to_do({"verdict": VERDICT, "regressions": REGRESSIONS}) == (
+    assert html._what_to_do({"verdict": VERDICT, "regressions": REGRESSIONS, "date": "2026-11-28"}) == (
         '<div class="todo"><h2>What to do</h2><ul>'
         '<li class="ship">Ship eagle-dyn-bf16: 1.45× faster.</li>'
         '<li class="dont_ship">Don&#x27;t ship eagle-fp8: 0.79× (slower).</li></ul>'
         '<div class="regression"><strong>Regressions</strong><ul>'
-        "<li>spec: speedup 1.800 vs median 2.000 (-10.0%)</li></ul></div></div>")
-    assert html._what_to_do({"regressions": REGRESSIONS}).startswith('<div class="todo"><h2>What to do</h2><div ')
+        "<li>spec speedup 1.8 vs median 2 (-10.0%)</li></ul></div></div>")
+    assert html._what_to_do({"regressions": REGRESSIONS, "date": "2026-11-28"}).startswith('<div class="todo"><h2>What to do</h2><div ')
     assert html._what_to_do({}) == "" and html._what_to_do({"verdict": [], "regressions": []}) == ""
 
 
@@ -177,7 +179,7 @@ def test_regressions_section_gives_way_to_the_box_only_when_there_are_some(sampl
     doc = dict(copy.deepcopy(sample_report["doc"]), regressions=REGRESSIONS, regression_check=CHECKED,
                date="2026-11-28")
     page = html.render(doc)
-    assert "<h2>Regressions</h2>" not in page and "spec: speedup 1.800 vs median 2.000 (-10.0%)" in page
+    assert "<h2>Regressions</h2>" not in page and "<li>spec speedup 1.8 vs median 2 (-10.0%)</li>" in page
     quiet = html.render(dict(doc, regressions=[]))
     assert "<h2>Regressions</h2>" in quiet
     assert htmllib.escape("None — no headline metric moved past both its threshold and the spread of the "

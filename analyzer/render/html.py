@@ -28,8 +28,8 @@ from matplotlib.ticker import MaxNLocator
 
 from ..analysis import buckets
 from . import markdown, md_blocks
-from .markdown import DASH, num
-from .regressions import status_lines
+from .markdown import DASH
+from .regressions import flag_line, status_lines
 
 # The charts' style, applied around each chart only (matplotlib.rc_context): importing
 # or using this module changes neither matplotlib's global settings nor its backend.
@@ -295,9 +295,7 @@ def _what_to_do(doc: dict) -> str:
     lines = [f'<li class="{html.escape(v["action"])}">{md_blocks.inline(v["text"])}</li>' for v in verdict]
     box = []
     if doc.get("regressions"):
-        items = "".join(f"<li>{html.escape(r['deployment_id'])}: {html.escape(r['metric'])} "
-                        f"{num(r['value'])} vs median {num(r['baseline'])} ({r['change']:+.1%})</li>"
-                        for r in doc["regressions"])
+        items = "".join(f"<li>{html.escape(flag_line(r, doc['date']))}</li>" for r in doc["regressions"])
         box.append(f'<div class="regression"><strong>Regressions</strong><ul>{items}</ul></div>')
     if "regression_check" in doc:
         # the same sentences as stdout and report.md, so "not checked" is never read as "none"

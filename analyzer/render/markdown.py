@@ -11,9 +11,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..analysis import history
 from ..analysis.buckets import labels
 from ..analysis.precision import with_interval
-from .regressions import status_lines
+from .regressions import flag_line, status_lines
 
 DASH = "–"
 
@@ -173,11 +174,18 @@ def _regressions(doc: dict) -> str:
     head = "## Regressions\n\n" + "".join(f"{line[0].upper()}{line[1:]}.\n\n" for line in lines)
     if not doc["regressions"]:
         return head.rstrip("\n") + "\n"
-    body = [(r["deployment_id"], r["metric"], num(r["value"]), num(r["baseline"]), f"{r['change']:+.1%}",
-             pct(r["limit"])) for r in doc["regressions"]]
-    return (head + "Each change is against the window's median and past its limit: the larger of its threshold "
-            "and the window's spread, (max − min) / median.\n\n"
-            + table(["deployment", "metric", "today", "median before", "change", "limit"], body))
+    flags = "".join(f"- {flag_line(r, doc['date'])}\n" for r in doc["regressions"])
+    body = [(r["deployment_id"], r["metric"], num(r["baseline"]), pct(r["spread"]), pct(r["limit"]),
+             _window(r["window_dates"]), str(len(r["excluded_flagged_dates"]))) for r in doc["regressions"]]
+    return (head + flags + "\nEach change is against the median of its window, the latest earlier dates not "
+            "flagged themselves, and past its limit: the larger of its threshold and the window's spread, "
+            f"{history.SPREAD_SDS:g} × 1.4826 × MAD / median.\n\n"
+            + table(["deployment", "metric", "median before", "spread", "limit", "window", "flagged dates left out"],
+                    body))
+
+
+def _window(dates: list[str]) -> str:
+    return f"{dates[0]} – {dates[-1]} ({len(dates)})"
 
 
 def _spec(doc: dict) -> list[dict]:

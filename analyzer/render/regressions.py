@@ -1,7 +1,8 @@
 """What the nightly regression check concluded, in the words the CLI, report.md and report.html share.
 
-One function writes the sentences so that stdout, the Markdown and the HTML page
-can never disagree about whether regressions were checked at all.
+One module writes the sentences so that stdout, the Markdown and the HTML page
+can never disagree about whether regressions were checked at all, or about
+whether a flag is new or continues an earlier one.
 """
 
 from __future__ import annotations
@@ -11,12 +12,22 @@ def _dates(n: int) -> str:
     return f"{n} earlier date" if n == 1 else f"{n} earlier dates"
 
 
+def _since(accepted: dict[str, str]) -> str:
+    """" since accept_since D" for the deployments re-baselined on the day, or ""."""
+    if not accepted:
+        return ""
+    if len(set(accepted.values())) == 1:
+        return f" since accept_since {next(iter(accepted.values()))}"
+    return " since accept_since (" + ", ".join(f"{dep} {date}" for dep, date in sorted(accepted.items())) + ")"
+
+
 def status_lines(check: dict, flagged: list[dict]) -> list[str]:
     """The outcome of ``regression_check`` (analyzer/analysis/history.py) as one line, plus one
     line naming the deployments left unchecked for want of their own history, if any."""
+    accepted = check.get("accepted_since") or {}
     if check["status"] == "insufficient_history":
         # Saying "nothing moved" here would claim a comparison that never happened.
-        return [f"Regressions: not checked — {_dates(check['earlier_dates'])} in the history, "
+        return [f"Regressions: not checked — {_dates(check['earlier_dates'])} in the history{_since(accepted)}, "
                 f"{check['needed']} needed (min_history_dates)"]
     against = f"the window's {_dates(check['earlier_dates'])}"
     if flagged:
@@ -25,6 +36,20 @@ def status_lines(check: dict, flagged: list[dict]) -> list[str]:
         lines = [f"Regressions: none — no headline metric moved past both its threshold and the spread of "
                  f"{against}"]
     if check.get("not_checked"):
-        names = ", ".join(f"{d['deployment_id']} ({_dates(d['earlier_dates'])})" for d in check["not_checked"])
+        names = ", ".join(f"{d['deployment_id']} ({_dates(d['earlier_dates'])}"
+                          f"{_since({d['deployment_id']: d['accepted_since']} if 'accepted_since' in d else {})})"
+                          for d in check["not_checked"])
         lines.append(f"Regressions: not checked for {names}; {check['needed']} needed (min_history_dates)")
     return lines
+
+
+def flag_line(flag: dict, date: str) -> str:
+    """One entry of ``regressions`` of the report for ``date`` as a sentence: the value against
+    the window's median and, when the flag continues one from an earlier date, since when."""
+    line = (f"{flag['deployment_id']} {flag['metric']} {flag['value']:.4g} vs median {flag['baseline']:.4g} "
+            f"({flag['change']:+.1%})")
+    since = flag.get("flagged_since")
+    if since and since != date:
+        side = "below" if flag["change"] < 0 else "above"
+        line += f": still {side} the median of the window before {since}, flagged since then"
+    return line
