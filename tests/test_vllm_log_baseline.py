@@ -146,3 +146,19 @@ def test_load_lines_without_a_time_exit_2_naming_the_first(tmp_path):
     assert result.exit_code == 2
     assert (f"nothing to import: no speculative-decoding metrics line, and the load lines have no date and time "
             f"(first at {log}:1)") in result.stderr
+
+
+def test_aggregated_engines_load_lines(tmp_path):
+    # The two `1 Engines Aggregated:` lines of vllm_ascend_engines_aggregated.log alone (vllm-ascend#9803),
+    # from two API-server processes: one series each, each its first line (no start), 8 running.
+    lines = [x for x in (LOGS / "vllm_ascend_engines_aggregated.log").read_text().splitlines()
+             if "Engines Aggregated" in x]
+    log = tmp_path / "aggregated.log"
+    log.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "traces"
+    assert run("import", "vllm-log", log, "--deployment", "b", "--year", "2025", "--out", out).exit_code == 0
+    got = sorted(rows(out, "intervals"), key=lambda r: r["series"])
+    assert [(r["series"], *pick(r)) for r in got] == [
+        ("(APIServer pid=2523785)", None, t("2025-05-30T15:21:33"), 8, 0, 60.2, pytest.approx(0.326)),
+        ("(APIServer pid=2523786)", None, t("2025-05-30T15:21:33"), 8, 0, 68.2, pytest.approx(0.329))]
+    assert "layouts read: load `N Engines Aggregated:` (2)" in [r["note"] for r in rows(out, "import_notes")]
