@@ -24,7 +24,7 @@ from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_key
                           read_summary)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
 from .analysis.slices import resolve_columns
-from .analysis.views import DEFAULT_REPEAT_N, create_local_views, create_views, set_anomaly_thresholds
+from .analysis.views import DEFAULT_REPEAT_N, create_local_views, create_views, set_config_macros
 
 ENGINES = ("duckdb", "spark")
 
@@ -354,7 +354,7 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
     from .analysis.quant import quant_matrix
 
     if config is not None:
-        set_anomaly_thresholds(ws.con, config.anomalies)
+        set_config_macros(ws.con, config)
     if progress:
         progress("computing metrics")
     doc = collect(ws.con, ws.summary, slices=ws.slices)

@@ -548,10 +548,10 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
     \b
     SOURCE is one of:
       vllm-responses    vLLM responses (JSONL) with metrics.speculative_decoding → requests, rounds
-      vllm-log          vLLM log with speculative-decoding metrics lines        → intervals
+      vllm-log          vLLM log: spec-decoding metrics lines, or a plain server's load lines → intervals
       prometheus        /metrics scrapes or query_range JSON, spec_decode_* counters → intervals
       sglang-responses  SGLang responses (JSONL) with meta_info spec counts      → requests, rounds
-      sglang-log        SGLang log with 'Decode batch' lines (accept len)        → intervals
+      sglang-log        SGLang log with 'Decode batch' lines (with accept len, or a plain server's) → intervals
       aiperf-records    AIPerf profile_export.jsonl with spec_decode_acceptance  → requests, rounds
       trtllm-responses  TensorRT-LLM responses (JSONL), per-choice spec stats    → requests, rounds
       llamacpp-log      llama-server print_timing lines / responses with timings → intervals, requests
@@ -564,6 +564,7 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
     Examples:
         specan import vllm-responses responses.jsonl --deployment eagle3-a --method eagle3 --out traces/
         specan import vllm-log vllm.log --deployment eagle3-a --year 2026 --out traces/
+        specan import vllm-log plain.log --deployment base-a --year 2026 --out traces/
         specan import prometheus range.json --deployment model_name=llama:eagle-a --out traces/
         specan import --list traces/
         specan import --remove 3f9a1c --out traces/

@@ -44,3 +44,18 @@ create or replace macro step_end_time(start_time, duration_ms) as
 -- loses nothing they hold; digits below 1 ns are rounded. Divide such a sum by
 -- a count, or cast it, to get a DOUBLE back. Up to 10^12 ms per value.
 create or replace macro exact_ms(ms) as cast(ms as decimal(18, 6));
+
+-- A draw of Poisson(1) from a 64-bit hash h: the inverse of its distribution function
+-- at h / 2^64. A Poisson bootstrap weighs each group of a replicate by one such draw;
+-- drawn from a hash, the same run gives the same weights (log_speedup_intervals).
+create or replace macro poisson1_draw(h) as
+    case
+        when cast(h as double) / 18446744073709551616.0 < 0.36787944117144233 then 0
+        when cast(h as double) / 18446744073709551616.0 < 0.7357588823428847 then 1
+        when cast(h as double) / 18446744073709551616.0 < 0.9196986029286058 then 2
+        when cast(h as double) / 18446744073709551616.0 < 0.9810118431238462 then 3
+        when cast(h as double) / 18446744073709551616.0 < 0.9963401531726563 then 4
+        when cast(h as double) / 18446744073709551616.0 < 0.9994058151824183 then 5
+        when cast(h as double) / 18446744073709551616.0 < 0.9999167588507119 then 6
+        else 7
+    end;

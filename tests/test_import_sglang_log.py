@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from analyzer.cli import main
 from analyzer.ingest.importers import common
 from analyzer.ingest.importers import sglang_log as sl
-from analyzer.ingest.importers.common import ImportInputError
+from analyzer.ingest.importers.common import ImportInputError, Overrides
 from analyzer.ingest.importers.sglang_log import (NEW_RATE, OLD_DRAFT_TOKENS, OLD_STEPS, draft_tokens_per_step,
                                                   import_sglang_log, parse_decode, parse_version, rate_meaning)
 from imported import rows, run, t
@@ -281,16 +281,79 @@ def assert_nothing_written(out: Path) -> None:
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))
 
 
-def test_no_speculative_decoding_exits(tmp_path):
+def plain(series, start, end, running, waiting, throughput, kv):
+    """An interval of a decode line without accept len: no counts and no accept length (columns left out)."""
+    return {"deployment_id": "sg", "series": series, "start_time": start and t(start), "end_time": t(end),
+            "num_drafts": None, "num_draft_tokens": None, "num_accepted_tokens": None,
+            "accepted_per_position": None, "source": "sglang_log", "running_requests": running,
+            "waiting_requests": waiting, "generation_tokens_per_s": throughput, "kv_cache_usage": kv}
+
+
+def test_a_log_without_speculation_is_a_baseline(tmp_path):
+    # no_spec_pd_decode.log: three `Decode batch,` lines of a PD decode server without accept len, each
+    # the first decode line of its DP rank (no start); lines 1, 2 and 4 are access log lines
     out = tmp_path / "t"
-    with pytest.raises(ImportInputError) as err:
-        import_sglang_log([LOGS / "no_spec_pd_decode.log"], out, "sg")
-    message = str(err.value)
-    assert message.startswith(f"{LOGS / 'no_spec_pd_decode.log'}: nothing to import: ")
-    assert f"its decode lines print no accept len (speculative decoding off), first at " \
-           f"{LOGS / 'no_spec_pd_decode.log'}:3" in message
-    assert "known layouts: `Decode batch. #running-req" in message and "(0.5.5 on)" in message
-    assert_nothing_written(out)
+    summary = import_sglang_log([LOGS / "no_spec_pd_decode.log"], out, "sg")
+    assert intervals(out) == [
+        plain("DP0 TP0 EP0", None, "2026-05-07T13:40:41", 21, 0, 1774.38, 0.02),
+        plain("DP2 TP2 EP2", None, "2026-05-07T13:40:41", 20, 0, 1392.52, 0.02),
+        plain("DP3 TP3 EP3", None, "2026-05-07T13:40:41", 21, 0, 1612.16, 0.02)]
+    assert rows(out, "deployments") == [{"deployment_id": "sg", "model": "unknown", "method": "none",
+                                         "num_speculative_tokens": 0}]
+    assert summary.skipped == {sl.OTHER_LINE: 3}
+    assert "no decode line prints accept len or accept rate: a deployment that does not speculate" in notes(out)
+    assert "layouts read: `Decode batch,` (3)" in notes(out)
+
+
+def test_baseline_decode_lines_chain_and_skip_a_repeated_second(tmp_path):
+    # no_spec_qwq32b.log (sglang#6949, "without eagle"): 21:25:14, :14, :15, :15 and a line cut at "#toke"
+    # at :15. Lines 2, 4 and 5 repeat the second of the line imported before them; line 3 starts at line
+    # 2's time, the last decode line before it.
+    out = tmp_path / "t"
+    summary = import_sglang_log([LOGS / "no_spec_qwq32b.log"], out, "sg", Overrides(method="none"))
+    assert intervals(out) == [plain("TP0", None, "2025-06-07T21:25:14", 1, 0, 97.52, 0.0),
+                              plain("TP0", "2025-06-07T21:25:14", "2025-06-07T21:25:15", 1, 0, 97.63, 0.0)]
+    assert summary.skipped == {sl.SAME_SECOND: 3}
+    assert summary.places[sl.SAME_SECOND] == [f"{LOGS / 'no_spec_qwq32b.log'}:{n}" for n in (2, 4, 5)]
+
+
+def test_baseline_layouts_without_spec_fields(tmp_path):
+    # no_spec_largest_len.log (sglang#4407): `Decode batch.` with `largest-len: 0`, `#queue-req: 0, ` with
+    # its trailing comma; the last line is cut at `#qu` (no waiting count). no_spec_hisparse.log
+    # (sglang#22331): `Decode batch,` with `cuda graph`, 9 lines, the last cut after `#token: 20800`.
+    out = tmp_path / "t"
+    import_sglang_log([LOGS / "no_spec_largest_len.log", LOGS / "no_spec_hisparse.log"], out, "sg")
+    got = intervals(out)
+    assert [(r["start_time"], r["end_time"], r["running_requests"], r["waiting_requests"],
+             r["generation_tokens_per_s"], r["kv_cache_usage"]) for r in got[:8]] == [
+        (None, t("2025-03-14T02:16:14"), 509, 0, 7897.87, 0.43),
+        (t("2025-03-14T02:16:14"), t("2025-03-14T02:16:16"), 454, 0, 8831.39, 0.42),
+        (t("2025-03-14T02:16:16"), t("2025-03-14T02:16:18"), 397, 0, 7980.04, 0.41),
+        (t("2025-03-14T02:16:18"), t("2025-03-14T02:16:20"), 346, 0, 7305.59, 0.38),
+        (t("2025-03-14T02:16:20"), t("2025-03-14T02:16:22"), 301, 0, 6695.80, 0.37),
+        (t("2025-03-14T02:16:22"), t("2025-03-14T02:16:24"), 235, 0, 5805.50, 0.32),
+        (t("2025-03-14T02:16:24"), t("2025-03-14T02:16:26"), 182, 0, 5287.55, 0.27),
+        (t("2025-03-14T02:16:26"), t("2025-03-14T02:16:27"), 151, None, 4726.37, 0.24)]
+    hisparse = got[8:]
+    ends = ["21", "22", "24", "25", "27", "28", "29", "30", "32"]
+    assert [(r["start_time"], r["end_time"]) for r in hisparse] == [
+        (t(f"2026-04-08T14:05:{a}") if a else None, t(f"2026-04-08T14:05:{b}"))
+        for a, b in zip([None] + ends[:-1], ends)]
+    assert [r["generation_tokens_per_s"] for r in hisparse] == [144.95, 140.27, 136.39, 139.89, 144.10, 157.64,
+                                                               153.78, 157.11, None]
+    assert {r["running_requests"] for r in hisparse} == {5}
+    assert hisparse[-1]["kv_cache_usage"] is None and hisparse[-1]["waiting_requests"] is None
+    assert "2 decode lines cut short (no #queue-req)" in notes(out)
+    assert "layouts read: `Decode batch,` (9), `Decode batch.` (8)" in notes(out)
+
+
+def test_decode_lines_without_accept_len_in_a_speculative_log_stay_skipped(tmp_path):
+    # both files in one import: the speculative one decides, and the plain lines are skipped as before
+    out = tmp_path / "t"
+    summary = import_sglang_log([LOGS / "pd_decode.log", LOGS / "no_spec_pd_decode.log"], out, "sg")
+    assert {r["series"] for r in intervals(out)} == {"TP0"}
+    assert summary.skipped[sl.NO_SPEC] == 3
+    assert rows(out, "deployments")[0]["method"] == "unknown"
 
 
 def test_garbled_line_exits_naming_it(tmp_path):

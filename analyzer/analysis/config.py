@@ -47,6 +47,7 @@ min_baseline_steps = 20      # a batch bucket's t0 needs this many baseline deco
 min_baseline_requests = 10   # ... and this many baseline requests
 min_context_cell_rounds = 200  # a by-context cell's k may differ from the overall one from here
 min_fit_r2 = 0.5             # a round-cost fit extrapolates to unmeasured γ only above this R²
+min_log_intervals = 10       # logs speedup: a batch bucket counts with this many log intervals of each side
 [intervals]                  # the bootstrap of the 95% intervals (docs/metrics.md)
 replicates = 2000
 seed = 0
@@ -153,6 +154,10 @@ class Evidence:
     min_context_cell_rounds: int = 200
     # a round-cost fit predicts the γ that never ran only with at least this R²
     min_fit_r2: float = 0.5
+    # the logs speedup (sql/marts/log_speedup.sql) counts a batch bucket only where the deployment
+    # and its baseline each logged this many usable intervals there: one log line is one average
+    # over a logging tick (10 s in vLLM), so a bucket resting on one or two lines must not decide
+    min_log_intervals: int = 10
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,7 @@ class Nightly:
 @dataclass(frozen=True)
 class Anomalies:
     """The rules of the request_anomalies view; the view reads them as SQL macros of the
-    same names (analyzer/analysis/views.py, anomaly_macros_sql)."""
+    same names (analyzer/analysis/views.py, config_macros_sql)."""
 
     looping_min_output_tokens: int = 64
     looping_min_self_repeat_ratio: float = 0.8

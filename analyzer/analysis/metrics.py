@@ -31,11 +31,17 @@ CAPACITY_BY_BATCH_KEYS = ("batch_bucket", "num_steps", "busy_s", "num_committed_
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "max_stall")
 LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 ANOMALY_KINDS = ("looping", "no_acceptance", "stall")
-# The thresholds request_anomalies reads (macros; analyzer/analysis/views.py, anomaly_macros_sql).
+# The thresholds request_anomalies reads (macros; analyzer/analysis/views.py, config_macros_sql).
 ANOMALY_THRESHOLDS = ("looping_min_output_tokens", "looping_min_self_repeat_ratio", "no_acceptance_min_spec_rounds",
                       "no_acceptance_min_deployment_acceptance", "stall_min_ms", "stall_min_median_multiple")
 CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms", "t0_ms", "speedup",
               "condition_holds")
+LOG_CURVE_KEYS = ("deployment_id", "baseline_id", "batch_bucket", "num_intervals", "seconds", "generated_tokens",
+                  "generation_tokens_per_s", "baseline_intervals", "baseline_seconds",
+                  "baseline_generation_tokens_per_s", "baseline_seconds_for_tokens", "speedup", "counted")
+LOG_LEFT_OUT = {"intervals_without_start": "without a start", "idle_intervals": "idle (0 running)",
+                "intervals_without_throughput": "without a generation throughput",
+                "intervals_without_running": "without a running count"}
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
@@ -67,6 +73,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         positions[row["deployment_id"]].append(_pick(row, POSITION_KEYS))
     capacity = {r["deployment_id"]: r for r in rows(con, "select * from capacity")}
     intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from headline_intervals")}
+    log_speedups = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup")}
+    log_intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup_intervals")}
+    min_log_intervals = con.execute("select min_log_intervals()").fetchone()[0]
     capacity_by_batch = defaultdict(list)
     for row in rows(con, "select * from capacity_by_batch order by deployment_id, bucket_min"):
         capacity_by_batch[row["deployment_id"]].append(_pick(row, CAPACITY_BY_BATCH_KEYS))
@@ -108,11 +117,14 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "speedup_coverage": d["speedup_coverage"],
             "speedup_note": d["speedup_note"],
             "tpot_speedup": d["tpot_speedup"],
+            # from engine logs alone (basis: logs; views log_speedup, log_speedup_intervals)
+            **_log_speedup(log_speedups.get(dep), log_intervals_95.get(dep), min_log_intervals),
             "prefill_round_share": d["prefill_round_share"],
             "latency_ms": dict(latency.get(dep, {})),
         }
         out_deployments.append(entry)
         notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present)
+        notes += _log_speedup_notes(dep, log_speedups.get(dep))
 
     categories = rows(con, """
         select c.deployment_id, c.category, c.num_requests, c.mean_accept_length, c.acceptance_rate,
@@ -145,6 +157,8 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     intervals = rows(con, "select * from interval_acceptance order by deployment_id, hour")
     interval_load = rows(con, """select * exclude (bucket_min) from interval_load
                                  order by deployment_id, bucket_min""")
+    log_load_curve = [_pick(r, LOG_CURVE_KEYS)
+                      for r in rows(con, "select * from log_speedup_by_batch order by deployment_id, bucket_min")]
     if any(d["tpot_speedup"] is not None for d in out_deployments):
         notes.append("tpot_speedup compares time per output token from request timings; it is not matched on "
                       "batch size, so the load of a deployment and its baseline may differ")
@@ -169,6 +183,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         "slices": slices_document(con, slices),
         "intervals": intervals,
         "interval_load": interval_load,
+        "log_load_curve": log_load_curve,
         "anomalies": anomalies,
         "anomaly_checks": anomaly_checks,
         # read back from the database: the values the view used, whatever set them
@@ -186,6 +201,43 @@ def _interval(row: dict | None, metric: str) -> list[float] | None:
     if row is None or row[f"{metric}_lo"] is None or row[f"{metric}_hi"] is None:
         return None
     return [row[f"{metric}_lo"], row[f"{metric}_hi"]]
+
+
+def _log_speedup(row: dict | None, interval: dict | None, min_intervals: int) -> dict[str, Any]:
+    """A deployment's logs speedup keys: null for one without engine-log intervals (or a baseline)."""
+    if row is None:
+        return {"log_speedup": None, "log_speedup_interval": None, "log_speedup_coverage": None,
+                "log_speedup_evidence": None}
+    return {
+        "log_speedup": row["log_speedup"],
+        "log_speedup_interval": _interval(interval, "log_speedup") if row["log_speedup"] is not None else None,
+        "log_speedup_coverage": row["log_speedup_coverage"],
+        "log_speedup_evidence": {
+            "buckets": row["counted_buckets"], "intervals": row["counted_intervals"],
+            "baseline_intervals": row["baseline_counted_intervals"], "min_intervals": min_intervals,
+            "usable_intervals": row["usable_intervals"], "baseline_usable_intervals": row["baseline_usable_intervals"],
+            "left_out": {key.removesuffix("_intervals").removeprefix("intervals_"): row[key] for key in LOG_LEFT_OUT},
+            "replicates": interval["replicates"] if interval else 0,
+            "note": row["log_speedup_note"]},
+    }
+
+
+def _log_speedup_notes(dep: str, row: dict | None) -> list[str]:
+    """Why a deployment's logs speedup is missing or partial, and the log intervals it left out."""
+    if row is None:
+        return []
+    notes = []
+    if row["log_speedup_note"]:
+        notes.append(f"{dep}: {row['log_speedup_note']}")
+    elif row["log_speedup_coverage"] is not None and row["log_speedup_coverage"] < 1:
+        notes.append(f"{dep}: the logs speedup covers {row['log_speedup_coverage']:.1%} of the tokens in its usable "
+                     "log intervals; the rest ran in batch buckets its baseline never logged, or below the floor "
+                     "of log intervals ([evidence] min_log_intervals)")
+    left = [f"{row[key]} {what}" for key, what in LOG_LEFT_OUT.items() if row[key]]
+    if left:
+        notes.append(f"{dep}: {sum(row[key] for key in LOG_LEFT_OUT)} of {row['log_intervals']} log intervals left "
+                     f"out of the logs speedup: {', '.join(left)}")
+    return notes
 
 
 def _import_notes(con) -> list[str]:

@@ -631,29 +631,32 @@ def _tuning(doc: dict) -> str:
 
 
 def _intervals(doc: dict) -> str:
-    rows = doc.get("intervals") or []
-    if not rows:
+    # a baseline drafts nothing: the acceptance tables leave it out, the logs speedup shows it
+    rows = _spec_rows(doc, doc.get("intervals") or [])
+    logs = _log_speedup(doc)
+    if not rows and not logs:
         return ""
-    body = [(r["deployment_id"], str(r["hour"]), num(r["num_intervals"]), num(r["num_drafts"]),
-             num(r["num_draft_tokens"]), num(r["num_accepted_tokens"]), num(r["mean_accept_length"]),
-             pct(r["drafts_share"]), pct(r["acceptance_rate"]),
-             ", ".join(pct(v) for v in r["vllm_rate"]) if r["vllm_rate"] else DASH,
-             num(r["mean_reported_accept_length"], 2), num(r["mean_running_requests"], 1))
-            for r in rows]
-    definitions = sorted({r["reported_accept_length_definition"] for r in rows + (doc.get("interval_load") or [])
+    text = "## Aggregate counters (intervals)\n\n"
+    if rows:
+        body = [(r["deployment_id"], str(r["hour"]), num(r["num_intervals"]), num(r["num_drafts"]),
+                 num(r["num_draft_tokens"]), num(r["num_accepted_tokens"]), num(r["mean_accept_length"]),
+                 pct(r["drafts_share"]), pct(r["acceptance_rate"]),
+                 ", ".join(pct(v) for v in r["vllm_rate"]) if r["vllm_rate"] else DASH,
+                 num(r["mean_reported_accept_length"], 2), num(r["mean_running_requests"], 1))
+                for r in rows]
+        text += ("From engine logs (vLLM, SGLang) or Prometheus counters, per hour. Accept length is "
+                 "1 + accepted / drafts over the intervals with a draft count (\"drafts known\": the share of "
+                 "draft tokens in them). vLLM prints its mean acceptance length to 2 decimals, so a draft count "
+                 "derived from it is approximate (see the notes).\n\n"
+                 + table(["deployment", "hour", "intervals", "drafts", "draft tokens", "accepted", "accept length",
+                          "drafts known", "acceptance", "vLLM rate per position", "engine's accept length",
+                          "running reqs"], body))
+    load = _spec_rows(doc, doc.get("interval_load") or [])
+    definitions = sorted({r["reported_accept_length_definition"] for r in rows + load
                           if r.get("reported_accept_length_definition")})
-    text = ("## Aggregate counters (intervals)\n\n"
-            "From engine logs (vLLM, SGLang) or Prometheus counters, per hour. Accept length is "
-            "1 + accepted / drafts over the intervals with a draft count (\"drafts known\": the share of "
-            "draft tokens in them). vLLM prints its mean acceptance length to 2 decimals, so a draft count "
-            "derived from it is approximate (see the notes).\n\n"
-            + table(["deployment", "hour", "intervals", "drafts", "draft tokens", "accepted", "accept length",
-                     "drafts known", "acceptance", "vLLM rate per position", "engine's accept length",
-                     "running reqs"], body))
     if definitions:
         text += ("\nThe engine's accept length is the mean of what it printed, rounded as printed, in its own "
                  "definition: " + "; ".join(definitions) + ". It is not recomputed as 1 + accepted / drafts.\n")
-    load = doc.get("interval_load") or []
     if load:
         text += ("\nAcceptance against load: intervals grouped by the requests running when they ended "
                  "(the log's `Running: N reqs`, a batch-size proxy).\n\n"
@@ -663,6 +666,38 @@ def _intervals(doc: dict) -> str:
                            num(r["num_draft_tokens"]), num(r["mean_accept_length"]), pct(r["drafts_share"]),
                            pct(r["acceptance_rate"]), num(r["mean_reported_accept_length"], 2),
                            num(r["mean_generation_tokens_per_s"], 1), pct(r["mean_kv_cache_usage"])) for r in load]))
+    return text + logs
+
+
+def _log_speedup(doc: dict) -> str:
+    """The speedup from engine logs alone (basis: logs) and its curve over the running-request buckets."""
+    spec = [d for d in _spec(doc) if d.get("log_speedup_evidence") is not None]
+    if not spec:
+        return ""
+    floor = spec[0]["log_speedup_evidence"]["min_intervals"]
+    body = [(d["deployment_id"], d["baseline_id"] or DASH, with_interval_of(d, "log_speedup", "×"),
+             pct(d["log_speedup_coverage"]), num(e["buckets"]), num(e["intervals"]), num(e["baseline_intervals"]),
+             e["note"] or "")
+            for d in spec for e in [d["log_speedup_evidence"]]]
+    text = ("\nSpeedup from the engine logs (basis: logs): in each bucket of running requests, the time the "
+            "baseline would take for the deployment's generated tokens at the baseline's logged generation "
+            "throughput there, summed and divided by the time the deployment took; over the buckets where "
+            f"each logged at least {floor} usable interval{'s' if floor != 1 else ''} (a start, a throughput, "
+            "running requests above "
+            "0). Coverage is the share of the deployment's logged tokens in those buckets; the interval is a "
+            "95% bootstrap over the log intervals of both.\n\n"
+            + table(["deployment", "baseline", "logs speedup", "coverage", "buckets", "intervals",
+                     "baseline intervals", "why not"], body))
+    curve = [r for r in doc.get("log_load_curve") or [] if r["deployment_id"] in {d["deployment_id"] for d in spec}]
+    if curve:
+        text += ("\nBy bucket of running requests: generation tokens per second of each (from the intervals "
+                 "logged there) and their ratio; \"counted\" says whether the bucket enters the speedup.\n\n"
+                 + table(["deployment", "running reqs", "intervals", "gen tokens/s", "baseline intervals",
+                          "baseline gen tokens/s", "speedup", "counted"],
+                         [(r["deployment_id"], r["batch_bucket"], num(r["num_intervals"]),
+                           num(r["generation_tokens_per_s"], 1), num(r["baseline_intervals"]),
+                           num(r["baseline_generation_tokens_per_s"], 1), times(r["speedup"]), num(r["counted"]))
+                          for r in curve]))
     return text
 
 

@@ -34,11 +34,19 @@ step are the one whole number that every line's accept len and accept rate allow
 
 A **series** is the rank prefix of the line (``TP0``, ``DP3 TP3 EP3``) plus any text
 a log shipper put before SGLang's ``[date time ranks]`` (a docker compose service).
-An interval starts at the previous decode line of its series. SGLang's times are
-whole seconds (milliseconds only with SGLANG_LOG_MS=1) and it often logs twice in a
-second: a line in the same second as the last imported line of its series would
-repeat the interval key, so it is skipped and counted. Times have no time zone
+An interval starts at the previous decode line of its series: SGLang averages the
+generation throughput since its previous decode line, whatever came between, so that
+is the window its throughput covers (a line without a time breaks the chain). SGLang's
+times are whole seconds (milliseconds only with SGLANG_LOG_MS=1) and it often logs
+twice in a second: a line in the same second as the last imported line of its series
+would repeat the interval key, so it is skipped and counted. Times have no time zone
 and are read as UTC.
+
+**Baseline logs.** A log whose decode lines never print accept len or accept rate
+comes from a server that does not speculate: each decode line becomes an interval
+(running requests, generation throughput, token usage; no accept length), and the
+deployment's method is ``none`` unless ``--method`` says otherwise. In a speculative
+log a decode line without accept len is skipped and counted, as before.
 """
 
 from __future__ import annotations
@@ -176,7 +184,8 @@ def draft_tokens_per_step(pairs: Sequence[tuple[float, float]], kind: str) -> tu
 @dataclass
 class _Series:
     previous_end: int | None = None     # the previous decode line of the series (its counters reset there)
-    last_row_end: int | None = None     # the previous imported line
+    last_row_end: int | None = None     # the previous imported line with accept len
+    last_plain_end: int | None = None   # the previous line that would import in a log without any
 
 
 def _stamp(line: str, before: int) -> tuple[int | None, str | None, re.Match | None]:
@@ -228,10 +237,16 @@ def import_sglang_log(files: Sequence[str | Path], out: str | Path, deployment_i
     store_rate = meaning is not None and all(c in _schema_columns("intervals") for c in RATE_COLUMNS)
     summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NO_SPEC, NOT_PARSED, NO_TIME,
                                                                         BAD_DATE, SAME_SECOND}))
-    cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS + (RATE_COLUMNS if store_rate else ())}
-    counts = {"rates": 0, "cut": 0, "pools": 0, "backwards": 0}
+    columns = INTERVAL_COLUMNS + LOAD_COLUMNS + (RATE_COLUMNS if store_rate else ())
+    cols: dict[str, list] = {c: [] for c in columns}
+    plain: dict[str, list] = {c: [] for c in columns}      # the decode lines without accept len
+    counts = {"rates": 0, "cut": 0, "pools": 0, "backwards": 0, "speculative_lines": 0}
+    plain_counts = {"rates": 0, "cut": 0, "pools": 0, "backwards": 0}
     layouts: dict[str, int] = {}
+    plain_layouts: dict[str, int] = {}
     where = summary.places               # skip reason → its first three places (file:line)
+    no_spec: list[str] = []              # places of decode lines without accept len
+    plain_same_second: list[str] = []
     pairs: list[tuple[float, float]] = []
     first_unparsed: str | None = None
 
@@ -251,57 +266,75 @@ def import_sglang_log(files: Sequence[str | Path], out: str | Path, deployment_i
                 name = _series_name(line, prefix, marker.start())
                 series = series_of.setdefault(name, _Series())
                 start_us = series.previous_end
-                if end_us is not None:
-                    series.previous_end = end_us     # SGLang resets its spec counters when it logs
+                # SGLang resets its counters and its throughput clock when it logs; a line without a
+                # time ends a window nobody knows
+                series.previous_end = end_us
                 message = line[marker.start():]
                 fields = parse_decode(message)
-                if "accept_len" not in fields:
-                    if "accept len" in message or "accept rate" in message:
+                speculative = "accept_len" in fields
+                if "accept len" in message or "accept rate" in message:
+                    counts["speculative_lines"] += 1
+                    if not speculative:
                         first_unparsed = first_unparsed or place
                         summary.skip(NOT_PARSED, place=place)
-                    else:
-                        summary.skip(NO_SPEC, place=place)
-                    continue
+                        continue
                 if problem:
                     summary.skip(problem, place=place)
                     continue
-                if end_us == series.last_row_end:
+                if not speculative:
+                    no_spec.append(place)
+                    if end_us == series.last_plain_end:
+                        plain_same_second.append(place)
+                        continue
+                    series.last_plain_end = end_us
+                elif end_us == series.last_row_end:
                     summary.skip(SAME_SECOND, place=place)
                     continue
+                else:
+                    series.last_row_end = end_us
+                got, got_counts, got_layouts = (cols, counts, layouts) if speculative else (plain, plain_counts,
+                                                                                            plain_layouts)
                 if start_us is not None and end_us < start_us:
-                    counts["backwards"] += 1
-                series.last_row_end = end_us
+                    got_counts["backwards"] += 1
                 layout = ("`Decode batch.`" if marker[2] == "." else
                           "`Decode batch [N],`" if marker[1] else "`Decode batch,`")
                 rate = fields.get("accept_rate")
                 layout += " with accept rate" if "accept rate" in message else ""
-                layouts[layout] = layouts.get(layout, 0) + 1
-                counts["cut"] += "waiting_requests" not in fields
-                counts["pools"] += fields.get("from_pools", False)
+                got_layouts[layout] = got_layouts.get(layout, 0) + 1
+                got_counts["cut"] += "waiting_requests" not in fields
+                got_counts["pools"] += fields.get("from_pools", False)
                 if rate is not None:
-                    counts["rates"] += 1
+                    got_counts["rates"] += 1
                     pairs.append((fields["accept_len"], rate))
                 row = {"deployment_id": deployment_id, "series": name or None, "start_time": start_us,
                        "end_time": end_us, "num_drafts": None, "num_draft_tokens": None,
                        "num_accepted_tokens": None, "accepted_per_position": None, "source": INTERVAL_SOURCE,
                        **{c: fields.get(c) for c in LOAD_COLUMNS[:4]},
-                       "reported_accept_length": fields["accept_len"],
-                       "reported_accept_length_definition": ACCEPT_LENGTH_DEFINITION,
+                       "reported_accept_length": fields.get("accept_len"),
+                       "reported_accept_length_definition": ACCEPT_LENGTH_DEFINITION if speculative else None,
                        "reported_accept_rate": rate if meaning is not None else None,
                        "reported_accept_rate_definition": meaning[1] if meaning and rate is not None else None}
-                for column in cols:
-                    cols[column].append(row[column])
+                for column in got:
+                    got[column].append(row[column])
 
+    baseline = not counts["speculative_lines"]
+    if baseline:
+        cols, layouts, counts = plain, plain_layouts, {**plain_counts, "speculative_lines": 0}
+        if plain_same_second:
+            summary.skip(SAME_SECOND, n=len(plain_same_second))
+            where[SAME_SECOND] = plain_same_second[:3]
+    elif no_spec:
+        summary.skip(NO_SPEC, n=len(no_spec))
+        where[NO_SPEC] = no_spec[:3]
     if not cols["end_time"]:
         tried = first_unparsed or next((p for r in (NO_TIME, BAD_DATE) for p in where.get(r, [])), None)
         looked = (f"the first decode line that did not import is {tried}" if tried else
-                  f"its decode lines print no accept len (speculative decoding off), first at {where[NO_SPEC][0]}"
-                  if where.get(NO_SPEC) else "no line looks like SGLang's `Decode batch` line")
+                  "no line looks like SGLang's `Decode batch` line")
         raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: {looked}; "
                                f"known layouts: {'; '.join(LAYOUTS)}")
-    _notes(summary, deployment_id, counts, layouts, where, cols)
+    _notes(summary, deployment_id, counts, layouts, where, cols, baseline)
     k = _rate_notes(summary, deployment_id, sglang_version, meaning, store_rate, counts, pairs)
-    row = deployment_row(deployment_id, overrides, model=None, speculated=True, num_spec_tokens=k)
+    row = deployment_row(deployment_id, overrides, model=None, speculated=not baseline, num_spec_tokens=k)
     writer.merge_deployment(row, summary)
     writer.add("intervals", cols, times=cols["end_time"],
                drop_empty_optional=LOAD_COLUMNS + ("series",) + (RATE_COLUMNS if store_rate else ()))
@@ -342,13 +375,18 @@ def _rate_notes(summary: ImportSummary, deployment_id: str, sglang_version: str 
 
 
 def _notes(summary: ImportSummary, deployment_id: str, counts: dict, layouts: dict, where: dict,
-           cols: dict) -> None:
+           cols: dict, baseline: bool) -> None:
     note = lambda text: summary.note(text, deployment_id)  # noqa: E731
     plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
     note("layouts read: " + ", ".join(f"{name} ({n})" for name, n in sorted(layouts.items())))
     note("log times have no time zone: read as UTC")
-    note("num_draft_tokens, num_accepted_tokens and num_drafts are null: SGLang's decode line prints ratios, "
-         "not counts; reported_accept_length is its accept len (committed tokens per verify step)")
+    if baseline:
+        note("no decode line prints accept len or accept rate: a deployment that does not speculate (a "
+             "baseline); one interval per decode line, with its running requests, generation throughput and "
+             "token usage, and no counts")
+    else:
+        note("num_draft_tokens, num_accepted_tokens and num_drafts are null: SGLang's decode line prints ratios, "
+             "not counts; reported_accept_length is its accept len (committed tokens per verify step)")
     if counts["pools"]:
         note(f"kv_cache_usage on {plural(counts['pools'], 'interval')} is the largest pool usage printed "
              "(full, swa, mamba), as SGLang reports token usage for hybrid models")

@@ -35,6 +35,25 @@ of the load line that precedes the spec line in that process. Intervals never
 chain across series. The load line (``Running: N reqs, Waiting: N reqs, GPU KV
 cache usage: X%``, V0 ``Pending:``) gives each interval its load.
 
+**Logging ticks.** vLLM prints the load line and then the spec line from one
+call, once per logging tick (10 s by default), and averages the generation
+throughput since its previous tick. It prints no spec line for a tick without
+drafts, and no line at all for a tick that, like the tick before it, had zero
+prompt and generation throughput. So an interval runs from the previous printed
+tick of its series (load or spec line) when that tick was busy (non-zero
+throughput, or drafts), and has no start after an idle-looking one: vLLM may have
+skipped ticks since, and the window its throughput covers is unknown. From
+layout 2 on the spec counts cover that same window (vLLM resets them whenever it
+logs, and they stay zero through ticks without drafts); V0's differences run from
+the previous spec line as before.
+
+**Baseline logs.** A log with no spec line at all is a deployment that does
+not speculate: each load line with a time becomes an interval (its load and
+generation throughput, no counts), method ``none`` unless ``--method`` says
+otherwise. In a log with spec lines a load line is its tick's spec interval's
+load, never an interval of its own: a load line with no spec line at its tick
+(nothing drafted, or the excerpt lost the line) is counted and left out.
+
 Times come from the vLLM prefix ``INFO MM-DD HH:MM:SS``, which has no year
 (``--year``) and no time zone (read as UTC); a leading ISO timestamp that a log
 shipper added is only used when the vLLM prefix is missing.
@@ -60,6 +79,9 @@ NOT_PARSED = "metrics line that does not parse"
 NO_TIME = "metrics line without a date and time"
 BAD_DATE = "metrics line with an impossible date"
 FIRST_CUMULATIVE = "first V0 line of a series (cumulative counters since the engine started: the baseline)"
+LOAD_NO_TIME = "load line without a date and time"
+LOAD_ALONE = ("load line with no spec line at its tick (nothing drafted, or the line is missing): a speculative "
+              "log's intervals are its spec lines")
 
 LAYOUTS = ("V0 `Speculative metrics: … Number of emitted tokens` (0.5–0.7, cumulative)",
            "V1 `Speculative metrics: Draft acceptance rate, Number of accepted/draft tokens` (2025-04)",
@@ -95,7 +117,11 @@ _FIELDS = {
     "rates": re.compile(r"Per-position acceptance rate: (" + _NUM + r"(?:, " + _NUM + r")*)"),
 }
 _ENGINE = re.compile(r"Engine (\d+):")
+# where a load line's message starts, after vLLM's prefix
+_LOAD_START = re.compile(r"Engine \d+:|\d+ Engines Aggregated:|Avg prompt throughput:|Avg generation throughput:"
+                         r"|GPU KV cache usage:")
 _LOAD = {
+    "prompt_tokens_per_s": re.compile(r"Avg prompt throughput: " + _NUM + " tokens/s"),
     "running_requests": re.compile(r"Running: (\d+) reqs"),
     "waiting_requests": re.compile(r"(?:Waiting|Pending): (\d+) reqs"),
     "generation_tokens_per_s": re.compile(r"Avg generation throughput: " + _NUM + " tokens/s"),
@@ -179,11 +205,34 @@ def parse_load(text: str) -> dict:
 @dataclass
 class _Series:
     """What one engine's lines leave for its next line."""
-    previous_end: int | None = None
+    previous_end: int | None = None      # the previous spec line (V0 differences run from it)
     previous_month: int | None = None
     year: int = 0
     cumulative: dict | None = None       # V0: the last line's counters
-    load: dict = field(default_factory=dict)
+    load: dict = field(default_factory=dict)   # the load line of the current tick, until its spec line
+    load_end: int | None = None
+    tick_end: int | None = None          # the previous printed tick (load or spec line)
+    tick_busy: bool = False              # ... and whether vLLM surely printed the tick after it
+
+    def window_start(self) -> int | None:
+        """Where an interval ending at this tick starts: the previous tick, when it was busy."""
+        return self.tick_end if self.tick_busy else None
+
+    def close_tick(self, end_us: int | None, busy: bool) -> None:
+        self.tick_end, self.tick_busy = end_us, busy and end_us is not None
+
+
+def _busy(load: dict) -> bool:
+    """A tick with prompt or generation throughput: vLLM prints the tick after it whatever happens."""
+    return bool(load.get("prompt_tokens_per_s") or load.get("generation_tokens_per_s"))
+
+
+def _load_layout(line: str) -> str:
+    if "Pending:" in line:
+        return "load V0 (`Pending:`)"
+    if "Engines Aggregated:" in line:
+        return "load `N Engines Aggregated:`"
+    return "load V1 (`Engine 00N:`)" if _ENGINE.search(line) else "load (no engine)"
 
 
 def _series_key(prefix: str) -> str:
@@ -221,22 +270,45 @@ def _stamp(line: str, before: int, series: _Series, default_year: int) -> tuple[
 
 def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id: str,
                     overrides: Overrides | None = None, year: int | None = None) -> ImportSummary:
-    """Import vLLM log files into TRACES ``out`` as intervals of ``deployment_id``."""
+    """Import vLLM log files into TRACES ``out`` as intervals of ``deployment_id``: its spec lines,
+    or, in a log without any, its load lines (a baseline deployment)."""
     overrides = overrides or Overrides()
     year = year if year is not None else dt.datetime.now(dt.timezone.utc).year
     writer = TraceWriter(Path(out), SOURCE, files, options=f"deployment={deployment_id} year={year} {overrides}")
     writer.check_layout(("intervals", "import_notes"))
     # Skips are noted with their first places (_notes), so none is persisted twice.
     summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NOT_PARSED, NO_TIME, BAD_DATE,
-                                                                        FIRST_CUMULATIVE}))
+                                                                        FIRST_CUMULATIVE, LOAD_NO_TIME, LOAD_ALONE}))
     cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}
-    counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0, "backwards": 0,
-              "rollovers": 0, "v0_inexact": 0}
+    alone: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}   # load lines without a spec line
+    counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0,
+              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0}
     layouts: dict[str, int] = {}
+    load_layouts: dict[str, int] = {}
     where = summary.places               # skip reason → its first three places (file:line)
     max_positions = 0
     max_k = 0
     first_unparsed: str | None = None
+    alone_places: list[str] = []
+
+    def load_alone(series: _Series, name: str) -> None:
+        """The series' pending load line had no spec line at its tick: a tick of its own."""
+        if not series.load:
+            return
+        load, series.load = series.load, {}
+        if series.load_end is None:
+            series.close_tick(None, False)
+            return
+        row = {"deployment_id": deployment_id, "series": name or None, "start_time": series.window_start(),
+               "end_time": series.load_end, "source": INTERVAL_SOURCE, "num_drafts": None,
+               "num_draft_tokens": None, "num_accepted_tokens": None, "accepted_per_position": None,
+               **{c: load.get(c) for c in LOAD_COLUMNS[:4]},
+               "reported_accept_length": None, "reported_accept_length_definition": None}
+        for column in alone:
+            alone[column].append(row[column])
+        load_layouts[load["layout"]] = load_layouts.get(load["layout"], 0) + 1
+        alone_places.append(load["place"])
+        series.close_tick(series.load_end, _busy(load))
 
     for path in files:
         path = Path(path)
@@ -257,31 +329,43 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                         engine = _ENGINE.search(line)
                         name = (process + (f" Engine {engine.group(1)}" if engine else "")).strip()
                         engine_of[process] = name
-                        series_of.setdefault(name, _Series(year=year)).load = parse_load(line)
+                        series = series_of.setdefault(name, _Series(year=year))
+                        load_alone(series, name)
+                        start = _LOAD_START.search(line)
+                        end_us, problem = _stamp(line, start.start() if start else len(line), series, year)
+                        if problem:
+                            summary.skip(LOAD_NO_TIME if problem == NO_TIME else BAD_DATE, place=place)
+                        series.load = {**parse_load(line), "layout": _load_layout(line), "place": place}
+                        series.load_end = end_us
                     else:
                         summary.skip(OTHER_LINE)
                     continue
+                counts["spec_lines"] += 1
                 name = engine_of.get(process, process)
                 series = series_of.setdefault(name, _Series(year=year))
                 end_us, problem = _stamp(line, marker.start(), series, year)
                 numbers = parse_metrics(line[marker.start():])
+                load, series.load = series.load, {}          # the load line of this tick, if any
+                window_start = series.window_start()
                 if numbers is None:
                     first_unparsed = first_unparsed or place
                     summary.skip(NOT_PARSED, place=place)
                     if end_us is not None and not series.cumulative:
                         series.previous_end = end_us   # vLLM reset its counters when it logged this line
+                    series.close_tick(end_us, True)    # a printed spec line: the tick drafted
                     continue
                 if problem:
                     summary.skip(problem, place=place)
+                    series.close_tick(None, False)
                     continue
                 layouts[numbers["layout"]] = layouts.get(numbers["layout"], 0) + 1
-                load, series.load = series.load, {}
                 if numbers["cumulative"]:
                     interval = _v0_interval(numbers, series, counts)
                     series.cumulative = numbers
                     if interval is None:
                         summary.skip(FIRST_CUMULATIVE, place=place)
                         series.previous_end = end_us
+                        series.close_tick(end_us, _busy(load) or numbers["drafted"] > 0)
                         continue
                     start = series.previous_end if interval.pop("continues") else None
                 else:
@@ -293,10 +377,8 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                                 "num_accepted_tokens": numbers["accepted"],
                                 "accepted_per_position": [round_half_up(r * n) for r in rates]
                                 if n is not None and rates else None}
-                    start = series.previous_end
+                    start = window_start
                     max_positions = max(max_positions, len(rates))
-                if series.previous_end is not None and end_us < series.previous_end:
-                    counts["backwards"] += 1
                 max_k = max(max_k, numbers["k"] or 0)
                 row = {"deployment_id": deployment_id, "series": name or None, "start_time": start,
                        "end_time": end_us, "source": INTERVAL_SOURCE, **interval,
@@ -309,22 +391,41 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 for column in cols:
                     cols[column].append(row[column])
                 series.previous_end = end_us
+                series.close_tick(end_us, _busy(load) or numbers["drafted"] > 0)
+        for name, series in series_of.items():
+            load_alone(series, name)
         counts["rollovers"] += sum(1 for s in series_of.values() if s.year > year)
 
-    rows = len(cols["end_time"])
-    if not rows:
-        tried = first_unparsed or next((p for r in (NO_TIME, BAD_DATE) for p in where.get(r, [])), None)
-        looked = (f"the first metrics line that did not import is {tried}" if tried else
-                  "no line looks like vLLM's speculative-decoding metrics")
-        raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: {looked}; "
+    baseline = not counts["spec_lines"]
+    if baseline:
+        cols, layouts = alone, load_layouts
+    elif alone["end_time"]:
+        counts["alone"] = len(alone["end_time"])
+        summary.skip(LOAD_ALONE, n=counts["alone"])
+        where[LOAD_ALONE] = alone_places[:3]
+    if not cols["end_time"]:
+        raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: "
+                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'])}; "
                                f"known layouts: {'; '.join(LAYOUTS)}")
-    _notes(summary, deployment_id, year, counts, layouts, where, cols)
-    speculated = any(d > 0 for d in cols["num_draft_tokens"])
+    _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
+    speculated = any(d for d in cols["num_draft_tokens"] if d)
     row = deployment_row(deployment_id, overrides, model=None, speculated=speculated,
                          num_spec_tokens=(max_k or max_positions) or None)
     writer.merge_deployment(row, summary)
     writer.add("intervals", cols, times=cols["end_time"], drop_empty_optional=LOAD_COLUMNS + ("series",))
     return finish(writer, summary, deployment_id)
+
+
+def _nothing_found(first_unparsed: str | None, where: dict, spec_lines: int) -> str:
+    """Why a file imported nothing, naming what was looked for and the first line that did not import."""
+    tried = first_unparsed or next((p for r in (NO_TIME, BAD_DATE) for p in where.get(r, [])), None)
+    if tried:
+        return f"the first metrics line that did not import is {tried}"
+    if not spec_lines and where.get(LOAD_NO_TIME):
+        return (f"no speculative-decoding metrics line, and the load lines have no date and time "
+                f"(first at {where[LOAD_NO_TIME][0]})")
+    return ("no line looks like vLLM's speculative-decoding metrics or its load line "
+            "(`Avg generation throughput: … Running: N reqs`)")
 
 
 def _engines(path: Path) -> dict[str, set[str]]:
@@ -370,10 +471,18 @@ def _v0_interval(numbers: dict, series: _Series, counts: dict) -> dict | None:
 
 
 def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, layouts: dict,
-           where: dict, cols: dict) -> None:
+           where: dict, cols: dict, baseline: bool) -> None:
     note = lambda text: summary.note(text, deployment_id)  # noqa: E731
     plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
     note("layouts read: " + ", ".join(f"{name} ({n})" for name, n in sorted(layouts.items())))
+    if baseline:
+        note("no speculative-decoding line: a deployment that does not speculate (a baseline); one interval "
+             "per load line, with its running requests, generation throughput and KV usage, and no counts")
+    unstarted = sum(1 for s, e in zip(cols["start_time"], cols["end_time"]) if s is None) - counts["restarts"]
+    if unstarted:
+        note(f"{plural(unstarted, 'interval')} without a start time: the first of a series, or after a tick "
+             "that printed zero prompt and generation throughput (vLLM prints no line for an idle tick after "
+             "an idle one, so the window of the throughput is unknown)")
     note(f"log times have no year and no time zone: read as UTC in {year}"
          + (f" ({plural(counts['rollovers'], 'year rollover')} from December to January)"
             if counts["rollovers"] else ""))
@@ -401,10 +510,10 @@ def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, 
     series = {s for s in cols["series"] if s}
     if len(series) > 1:
         note(f"{len(series)} series (engines or processes): " + ", ".join(sorted(series))
-             + "; each interval starts at the previous line of its own series")
-    if counts["backwards"]:
-        note(f"{counts['backwards']} lines are earlier than the line before: the loader will reject them "
-             "as time_order")
+             + "; each interval starts at the previous tick of its own series")
+    backwards = sum(1 for s, e in zip(cols["start_time"], cols["end_time"]) if s is not None and e < s)
+    if backwards:
+        note(f"{backwards} lines are earlier than the line before: the loader will reject them as time_order")
     for reason, places in sorted(where.items()):
         if reason in summary.skipped:
             note(f"{plural(summary.skipped[reason], 'line')} skipped ({reason}), first at {', '.join(places)}")
