@@ -184,7 +184,7 @@ def test_unknown_says_what_would_decide():
     logged = spec("a", None, steps=False)
     _, v = decide([dict(BASE, round_ms={"mean": None}), logged], [speed("a", "unknown", None, "x")],
                   intervals=[{"deployment_id": "a"}])
-    assert v["a"]["basis"] is None and v["a"]["action"] == "unknown"
+    assert v["a"]["basis"] == "logs" and v["a"]["action"] == "unknown"
     assert v["a"]["settle"] == ("the log of base would decide it: `specan import vllm-log BASELINE.log --deployment "
                                 "base --out TRACES` (or sglang-log), then the report again")
 

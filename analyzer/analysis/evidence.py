@@ -16,7 +16,8 @@ deployment, the one speedup the capacity gate and the verdict use (docs/metrics.
 - ``tpot``: no steps, but request timings on both sides: ``tpot_speedup``, not matched
   on batch size, with its interval over requests (response-only imports);
 - ``logs``: only engine log intervals: the speedup from both sides' logged generation
-  throughput per running-request bucket (``log_speedup``);
+  throughput per running-request bucket (``log_speedup``), standing even where it is
+  null (no baseline log, or too few lines per bucket);
 - ``None``: nothing to decide with; ``reason`` says why.
 """
 
@@ -34,13 +35,15 @@ _KEYS = {
 }
 
 
-def basis_of(d: dict[str, Any]) -> str | None:
-    """The basis of one deployment entry (see the module docstring)."""
+def basis_of(d: dict[str, Any], logged: set[str] = frozenset()) -> str | None:
+    """The basis of one deployment entry (see the module docstring); ``logged``: the
+    deployments with log intervals. A deployment known only from its logs is judged by
+    them even when their speedup is null (too few lines, or no baseline log)."""
     if (d.get("round_ms") or {}).get("mean") is not None:
         return "rounds"
     if d.get("tpot_speedup") is not None:
         return "tpot"
-    if d.get("log_speedup") is not None:
+    if d.get("log_speedup") is not None or d["deployment_id"] in logged:
         return "logs"
     return None
 
@@ -53,7 +56,7 @@ def speedup_evidence(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for d in doc["deployments"]:
         if d["method"] == "none":
             continue
-        basis = basis_of(d)
+        basis = basis_of(d, logged)
         value = interval = coverage = None
         if basis is not None:
             value_key, interval_key, coverage_key = _KEYS[basis]
@@ -76,7 +79,9 @@ def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str]) -> str:
         return d.get("speedup_note") or "no matched baseline"
     if basis == "rounds":
         return d.get("speedup_note") or "the speedup is unknown"
-    if d["deployment_id"] in logged and d.get("baseline_id") not in logged:
-        return (f"its baseline {d['baseline_id']} has no log intervals: the speedup from logs compares both "
-                "sides' logged generation throughput")
+    if basis == "logs":
+        if d.get("baseline_id") not in logged:
+            return (f"its baseline {d['baseline_id']} has no log intervals: the speedup from logs compares both "
+                    "sides' logged generation throughput")
+        return (d.get("log_speedup_evidence") or {}).get("note") or "the speedup from logs is unknown"
     return "no steps, and no request timings or log intervals on both sides"

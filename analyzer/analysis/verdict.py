@@ -195,6 +195,11 @@ def _undecided_settle(ev: dict[str, Any], d: dict[str, Any], doc: dict[str, Any]
     if dep in logged and base not in logged:
         return (f"the log of {base} would decide it: `specan import vllm-log BASELINE.log --deployment {base} "
                 "--out TRACES` (or sglang-log), then the report again")
+    if ev["basis"] == "logs":
+        floor = (d.get("log_speedup_evidence") or {}).get("min_intervals")
+        return (f"longer logs of both {dep} and {base}, with the same running-request counts"
+                + (f" ({floor} usable lines each per bucket, [evidence] min_log_intervals)" if floor else "")
+                + ", would decide it")
     if ev["basis"] == "rounds":
         return (f"steps of {base} at the batch sizes {dep} ran (enough steps and requests for a t0 there) "
                 "would decide it")

@@ -115,8 +115,10 @@ def _numbered(text: str) -> str:
 
 def _counters_only(doc: dict) -> str:
     return ("These traces hold aggregate counters only (the intervals table), no rounds: per-round "
-            "acceptance, positions, stop truncation, structured output, round times, speedup and the load "
-            "curve are unavailable. Import per-request responses (`specan import vllm-responses`) for them.\n")
+            "acceptance, positions, stop truncation, structured output, round times and the load curve by "
+            "batch size are unavailable. The speedup comes from the logs of a deployment and of its baseline "
+            "at the same running-request counts (below). Import per-request responses (`specan import "
+            "vllm-responses`) for the rest.\n")
 
 
 def _header(doc: dict) -> str:
@@ -208,10 +210,15 @@ def _findings(doc: dict) -> str:
         if is_missing(d["speedup"]):
             if d.get("tpot_speedup") is not None:
                 # response-only imports: no steps, so no round-matched speedup, but request timings give one
-                shown, word = shown_ratio(d["tpot_speedup"])
+                word = shown_ratio(d["tpot_speedup"])[1]
                 lines.append(f"- **{dep}** ({d['method']}): speedup per round unknown (no steps); by request "
-                             f"timings it is {shown}× ({word}) per output token than its baseline "
-                             "(tpot_speedup, not matched on batch size).")
+                             f"timings it is {with_interval_of(d, 'tpot_speedup', '×')} ({word}) per output token "
+                             "than its baseline (tpot_speedup, not matched on batch size).")
+            elif d.get("log_speedup") is not None:
+                word = shown_ratio(d["log_speedup"])[1]
+                lines.append(f"- **{dep}** ({d['method']}): by engine logs it is {with_interval_of(d, 'log_speedup', '×')} "
+                             f"the throughput of {d['baseline_id']} ({word}) at the same running requests, over "
+                             f"{pct(d.get('log_speedup_coverage'))} of its generated tokens (log_speedup).")
             else:
                 lines.append(f"- **{dep}** ({d['method']}): speedup unknown, see the notes.")
             continue
