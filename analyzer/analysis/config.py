@@ -138,7 +138,9 @@ class Regression:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Sample-size floors: below them a number is reported but does not decide."""
+    """Sample-size floors: below them a number is reported but does not decide. The views
+    and the recommendation read them as SQL macros of the same names
+    (analyzer/analysis/views.py, config_macros_sql)."""
 
     # a batch bucket's t0 (the baseline's time per token there) needs this many of the
     # baseline's decode-only steps and requests in it; else the bucket leaves the speedup
@@ -153,7 +155,8 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Intervals:
-    """The Poisson bootstrap of the 95 % intervals (docs/metrics.md)."""
+    """The Poisson bootstrap of the 95 % intervals (docs/metrics.md); the view
+    headline_intervals reads them as the macros intervals_replicates() and intervals_seed()."""
 
     replicates: int = 2000
     seed: int = 0
@@ -176,7 +179,7 @@ class Nightly:
 @dataclass(frozen=True)
 class Anomalies:
     """The rules of the request_anomalies view; the view reads them as SQL macros of the
-    same names (analyzer/analysis/views.py, anomaly_macros_sql)."""
+    same names (analyzer/analysis/views.py, config_macros_sql)."""
 
     looping_min_output_tokens: int = 64
     looping_min_self_repeat_ratio: float = 0.8

@@ -31,7 +31,7 @@ CAPACITY_BY_BATCH_KEYS = ("batch_bucket", "num_steps", "busy_s", "num_committed_
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el", "max_stall")
 LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 ANOMALY_KINDS = ("looping", "no_acceptance", "stall")
-# The thresholds request_anomalies reads (macros; analyzer/analysis/views.py, anomaly_macros_sql).
+# The thresholds request_anomalies reads (macros; analyzer/analysis/views.py, config_macros_sql).
 ANOMALY_THRESHOLDS = ("looping_min_output_tokens", "looping_min_self_repeat_ratio", "no_acceptance_min_spec_rounds",
                       "no_acceptance_min_deployment_acceptance", "stall_min_ms", "stall_min_median_multiple")
 CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms", "t0_ms", "speedup",

@@ -26,7 +26,7 @@ from sqlglot.dialects.spark import Spark
 
 from ..resources import resource_dir
 from . import buckets
-from .views import DEFAULT_REPEAT_N, View, anomaly_macros_sql, discover_views
+from .views import DEFAULT_REPEAT_N, View, config_macros_sql, discover_views
 
 # Functions Spark SQL runs that sqlglot's Spark parser does not list by name.
 _SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"xxhash64", "unix_micros", "timestamp_micros", "collect_set", "collect_list", "array_sort", "try_element_at", "isnan", "double"})
@@ -47,7 +47,7 @@ def macros(repeat_n: int = DEFAULT_REPEAT_N) -> dict[str, Macro]:
         f"create macro ngram_hash(s, i) as hash({parts}, s[i]);",
         buckets.macros_sql(),
         (resource_dir("sql") / "macros.sql").read_text(encoding="utf-8"),
-        anomaly_macros_sql(),
+        config_macros_sql(),
     ])
     found = {}
     for statement in sqlglot.parse(text, read="duckdb"):

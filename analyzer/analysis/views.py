@@ -31,7 +31,7 @@ from sqlglot import exp
 from ..errors import InputProblem, InternalError
 from ..resources import resource_dir
 from . import buckets
-from .config import Anomalies
+from .config import Config
 from .slices import create_slice_relations
 
 LAYERS = ("staging", "intermediate", "marts")
@@ -158,23 +158,37 @@ def layer_violations(views: dict[str, View]) -> list[str]:
             if rank[views[dep].layer] > rank[view.layer]]
 
 
-def anomaly_macros_sql(anomalies: Anomalies | None = None) -> str:
-    """The thresholds of request_anomalies as macros named like the keys of the gates
-    TOML's ``[anomalies]`` section (``stall_min_ms()``, ...). Macros rather than literals
-    in the view, so ``specan sql`` reads the defaults and ``report --config`` replaces
-    them without recreating any view; integers stay integers, the rest are DOUBLE."""
-    anomalies = anomalies or Anomalies()
+# The sections of the gates TOML whose keys the views (and the recommendation, which reads
+# them back from the connection) use as SQL macros, each with the prefix of its macro
+# names: a bare ``seed()`` or ``replicates()`` would say nothing in a view.
+CONFIG_MACRO_SECTIONS = {"anomalies": "", "evidence": "", "intervals": "intervals_"}
+
+
+def config_macros_sql(config: Config | None = None) -> str:
+    """The thresholds the views read, as macros named like the keys of the gates TOML
+    (``stall_min_ms()``, ``min_baseline_steps()``, ``intervals_replicates()``, ...).
+    Macros rather than literals in the views, so ``specan sql`` reads the defaults and
+    ``--config`` replaces them without recreating any view; integers stay integers, the
+    rest are DOUBLE."""
+    config = config or Config()
     statements = []
-    for name, value in dataclasses.asdict(anomalies).items():
-        body = str(value) if isinstance(value, int) else f"cast({float(value)!r} as double)"
-        statements.append(f"create or replace macro {name}() as {body};")
+    for section, prefix in CONFIG_MACRO_SECTIONS.items():
+        for name, value in dataclasses.asdict(getattr(config, section)).items():
+            body = str(value) if isinstance(value, int) else f"cast({float(value)!r} as double)"
+            statements.append(f"create or replace macro {prefix}{name}() as {body};")
     return "\n".join(statements)
 
 
-def set_anomaly_thresholds(con: duckdb.DuckDBPyConnection, anomalies: Anomalies) -> None:
-    """Replace the thresholds the request_anomalies view reads (temporary macros: a
+def config_macro_names() -> tuple[str, ...]:
+    """Every macro ``config_macros_sql`` creates, in its order."""
+    return tuple(f"{prefix}{f.name}" for section, prefix in CONFIG_MACRO_SECTIONS.items()
+                 for f in dataclasses.fields(getattr(Config(), section)))
+
+
+def set_config_thresholds(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """Replace the thresholds the views read with ``config``'s (temporary macros: a
     report's workspace holds temporary objects only)."""
-    con.execute(anomaly_macros_sql(anomalies).replace("create or replace macro", "create or replace temp macro"))
+    con.execute(config_macros_sql(config).replace("create or replace macro", "create or replace temp macro"))
 
 
 def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N,
@@ -196,7 +210,7 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
     macros = (sql_dir or resource_dir("sql")) / "macros.sql"
     if macros.is_file():
         con.execute(macros.read_text(encoding="utf-8").replace("create or replace macro", f"{create} macro"))
-    con.execute(anomaly_macros_sql().replace("create or replace macro", f"{create} macro"))
+    con.execute(config_macros_sql().replace("create or replace macro", f"{create} macro"))
 
 
 def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
