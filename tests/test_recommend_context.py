@@ -14,8 +14,9 @@ E[L](γ) is the closed form (1 − 0.8^(γ+1)) / 0.2 in each context bucket. Eve
   12 · 3.3616 / 42.8 = 0.943 < 1.
 
 Pooled over both contexts (the overall recommendation), a round at γ costs the
-round-weighted mean (2 · cheap + costly) / 3 and t0 = (20 · 10 + 10 · 12) / 30
-= 10.667 ms (the baseline ran 20 steps short, 10 long): γ = 2 wins there.
+round-weighted mean (2 · cheap + costly) / 3 and t0 = (40 · 10 + 20 · 12) / 60
+= 10.667 ms (the baseline ran 40 steps short, 20 long, each context enough steps and
+requests for its own t0): γ = 2 wins there.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class ContextTraces(Traces):
 
 def two_contexts() -> ContextTraces:
     t = ContextTraces().deployment("spec").deployment("base", "none")
-    t.at_context(SHORT).regime("spec", pooled_block() * 2, 1, cheap).baseline("base", 1, 10.0, steps=20)
-    t.at_context(LONG).regime("spec", pooled_block(), 1, costly).baseline("base", 1, 12.0, steps=10)
+    t.at_context(SHORT).regime("spec", pooled_block() * 2, 1, cheap).baseline("base", 1, 10.0, steps=40)
+    t.at_context(LONG).regime("spec", pooled_block(), 1, costly).baseline("base", 1, 12.0, steps=20)
     return t
 
 

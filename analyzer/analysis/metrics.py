@@ -34,6 +34,9 @@ ANOMALY_KINDS = ("looping", "no_acceptance", "stall")
 # The thresholds request_anomalies reads (macros; analyzer/analysis/views.py, config_macros_sql).
 ANOMALY_THRESHOLDS = ("looping_min_output_tokens", "looping_min_self_repeat_ratio", "no_acceptance_min_spec_rounds",
                       "no_acceptance_min_deployment_acceptance", "stall_min_ms", "stall_min_median_multiple")
+UNCOVERED_KEYS = ("batch_bucket", "committed_share", "reason", "baseline_steps", "baseline_requests")
+# the reasons of speedup_uncovered that the [evidence] floors give (baseline_t0.t0_guard)
+GUARD_REASONS = ("few_baseline_steps", "few_baseline_requests", "few_baseline_steps_and_requests")
 CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms", "t0_ms", "speedup",
               "condition_holds")
 
@@ -67,6 +70,10 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         positions[row["deployment_id"]].append(_pick(row, POSITION_KEYS))
     capacity = {r["deployment_id"]: r for r in rows(con, "select * from capacity")}
     intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from headline_intervals")}
+    uncovered = defaultdict(list)
+    for row in rows(con, "select * from speedup_uncovered order by deployment_id, bucket_min"):
+        uncovered[row["deployment_id"]].append(_pick(row, UNCOVERED_KEYS))
+    floors = rows(con, "select min_baseline_steps() as steps, min_baseline_requests() as requests")[0]
     capacity_by_batch = defaultdict(list)
     for row in rows(con, "select * from capacity_by_batch order by deployment_id, bucket_min"):
         capacity_by_batch[row["deployment_id"]].append(_pick(row, CAPACITY_BY_BATCH_KEYS))
@@ -102,12 +109,14 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "speedup_interval": _interval(intervals_95.get(dep), "speedup"),
             "mean_accept_length_interval": _interval(intervals_95.get(dep), "mean_accept_length"),
             "speedup_coverage": d["speedup_coverage"],
+            # the batch buckets it ran in that the speedup leaves out, and why (view speedup_uncovered)
+            "uncovered_buckets": uncovered.get(dep, []),
             "tpot_speedup": d["tpot_speedup"],
             "prefill_round_share": d["prefill_round_share"],
             "latency_ms": dict(latency.get(dep, {})),
         }
         out_deployments.append(entry)
-        notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present)
+        notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present, floors)
 
     categories = rows(con, """
         select c.deployment_id, c.category, c.num_requests, c.mean_accept_length, c.acceptance_rate,
@@ -272,10 +281,33 @@ def _table_notes(con, summary: LoadSummary) -> list[str]:
     return notes
 
 
+def _counted(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _guard_note(dep: str, baseline_id: str, guarded: list[dict], floors: dict) -> str:
+    """The batch buckets whose baseline t0 rests on too few steps or requests, with the
+    counts, the floors and the share of the deployment's tokens they held."""
+    def rests_on(b: dict) -> str:
+        return f"{_counted(b['baseline_steps'], 'step')} and {_counted(b['baseline_requests'], 'request')}"
+
+    names = [b["batch_bucket"] for b in guarded]
+    where = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    counts = (rests_on(guarded[0]) if len(guarded) == 1
+              else "; ".join(f"{rests_on(b)} at {b['batch_bucket']}" for b in guarded))
+    share = sum(b["committed_share"] or 0 for b in guarded)
+    return (f"{dep}: batch {where} left out of the speedup: {baseline_id}'s t0 there rests on {counts} "
+            f"({_counted(floors['steps'], 'step')} and {_counted(floors['requests'], 'request')} needed); "
+            f"{share:.1%} of {dep}'s committed tokens ran there")
+
+
 def _deployment_notes(d: dict, entry: dict, latency_n: dict, requests_present: bool,
-                      steps_present: bool) -> list[str]:
+                      steps_present: bool, floors: dict) -> list[str]:
     dep = d["deployment_id"]
     notes = []
+    guarded = [b for b in entry["uncovered_buckets"] if b["reason"] in GUARD_REASONS]
+    if guarded:
+        notes.append(_guard_note(dep, d["baseline_id"], guarded, floors))
     if d["num_rounds"] == 0:
         notes.append(f"{dep}: no clean rounds, so every acceptance metric is null")
     elif d["num_spec_rounds"] == 0:
@@ -288,7 +320,8 @@ def _deployment_notes(d: dict, entry: dict, latency_n: dict, requests_present: b
         notes.append(f"{dep}: {d['speedup_note']}")
     elif d["speedup"] is not None and d["speedup_coverage"] is not None and d["speedup_coverage"] < 1:
         notes.append(f"{dep}: speedup covers {d['speedup_coverage']:.1%} of its committed tokens; the rest ran in "
-                     "prefill steps or batch buckets its baseline never ran")
+                     "prefill steps or batch buckets its baseline never ran"
+                     + (" or whose t0 is left out (above)" if guarded else ""))
     if requests_present:
         missing = [m for m in LATENCY_METRICS if not latency_n.get(m)]
         if missing:

@@ -1,0 +1,165 @@
+"""The sample-size guards of the [evidence] section: a batch bucket's t0 rests on enough
+baseline steps and requests (baseline_t0, bucket_evidence, speedup_uncovered).
+
+Every count and ratio below is worked out by hand from the traces each test builds.
+A round's time is its step's duration (every request in a step waits for it), so
+t0(b) = Σ round time / Σ committed = the step time per token of one request.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer import api
+from analyzer.cli import main
+from tracebuilder import deployment, round_row, step, write_traces
+
+
+class Builder:
+    """Steps and their rounds, step ids and round indexes numbered as they are added."""
+
+    def __init__(self):
+        self.steps, self.rounds = [], []
+        self.next_step: dict[str, int] = {}
+        self.next_round: dict[tuple[str, str], int] = {}
+
+    def step(self, dep: str, duration_ms: float, rounds: list[tuple[str, int, int]], *, batch_size=None,
+             context_len=None, prefill=0) -> Builder:
+        """One step of ``dep``: ``rounds`` are (request_id, drafted, committed); a round
+        accepts committed − 1 of its drafts."""
+        sid = self.next_step.get(dep, 0)
+        self.next_step[dep] = sid + 1
+        self.steps.append(step(dep, sid, duration_ms, batch_size or len(rounds), num_prefill_tokens=prefill))
+        for request_id, drafted, committed in rounds:
+            idx = self.next_round.get((dep, request_id), 0)
+            self.next_round[(dep, request_id)] = idx + 1
+            extra = {} if context_len is None else {"context_len": context_len}
+            self.rounds.append(round_row(dep, request_id, idx, drafted, committed - 1, committed, step_id=sid,
+                                         **extra))
+        return self
+
+    def write(self, root, deployments):
+        return write_traces(root, deployments=deployments, steps=self.steps, rounds=self.rounds)
+
+
+def issue_case(root):
+    """The issue's case. base: 1,200 rounds at batch 1, 10 ms steps, 12 requests of 100
+    rounds: t0(1) = 10 ms. Then a single 90 ms step at batch 100, one round of each of
+    100 other requests: t0(65-128) = 100 · 90 / 100 = 90 ms, resting on 1 step.
+
+    spec: 400 rounds at batch 1 (10 requests of 40), 10 ms steps, each request's rounds
+    committing 2, 2, 2, 2, 1 in turn (mean 1.8): speedup(1) = 10 · 720 / 4000 = 1.8. Then 8 steps of 25 ms at batch
+    100, each one round of 100 requests committing 2: 1,600 tokens in 8 · 100 · 25 =
+    20,000 ms. With the one-step t0 the speedup would be (10 · 720 + 90 · 1600) /
+    (4000 + 20000) = 151,200 / 24,000 = 6.3."""
+    b = Builder()
+    for i in range(1200):
+        b.step("base", 10.0, [(f"b{i % 12}", 0, 1)])
+    b.step("base", 90.0, [(f"w{j}", 0, 1) for j in range(100)])
+    for i in range(400):
+        b.step("spec", 10.0, [(f"s{i % 10}", 4, 1 if i // 10 % 5 == 4 else 2)])
+    for _ in range(8):
+        b.step("spec", 25.0, [(f"h{j}", 4, 2) for j in range(100)])
+    return b.write(root, [deployment("spec"), deployment("base", "none")])
+
+
+def report_json(root, *args) -> dict:
+    result = CliRunner().invoke(main, ["report", str(root), "--format", "json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def spec_entry(doc: dict) -> dict:
+    return next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
+
+
+def test_one_baseline_step_does_not_make_a_1_8x_deployment_6_3x(tmp_path):
+    doc = report_json(issue_case(tmp_path))
+    spec = spec_entry(doc)
+    assert spec["speedup"] == pytest.approx(1.8)
+    # covered: the 720 tokens at batch 1 of 720 + 1,600
+    assert spec["speedup_coverage"] == pytest.approx(720 / 2320)
+    assert spec["uncovered_buckets"] == [{"batch_bucket": "65-128", "committed_share": pytest.approx(1600 / 2320),
+                                          "reason": "few_baseline_steps", "baseline_steps": 1,
+                                          "baseline_requests": 100}]
+    assert ("spec: batch 65-128 left out of the speedup: base's t0 there rests on 1 step and 100 requests "
+            "(20 steps and 10 requests needed); 69.0% of spec's committed tokens ran there") in doc["notes"]
+    # the load curve leaves the bucket's t0 out too: one definition, not one per consumer
+    curve = {r["batch_bucket"]: r for r in doc["load_curve"] if r["deployment_id"] == "spec"}
+    assert curve["1"]["t0_ms"] == pytest.approx(10.0) and curve["1"]["speedup"] == pytest.approx(1.8)
+    assert curve["65-128"]["t0_ms"] is None and curve["65-128"]["speedup"] is None
+
+
+def test_the_floors_come_from_the_config(tmp_path):
+    root = issue_case(tmp_path / "t")
+    config = tmp_path / "gates.toml"
+    config.write_text("[evidence]\nmin_baseline_steps = 1\n")
+    spec = spec_entry(report_json(root, "--config", str(config)))
+    # one step is enough now: the 90 ms t0 counts, as it did before the guard
+    assert spec["speedup"] == pytest.approx(6.3)
+    assert spec["speedup_coverage"] == pytest.approx(1.0) and spec["uncovered_buckets"] == []
+    config.write_text("[evidence]\nmin_baseline_requests = 13\n")
+    spec = spec_entry(report_json(root, "--config", str(config)))
+    # base's batch-1 t0 rests on 12 requests: below 13, every bucket is left out
+    assert spec["speedup"] is None
+    assert [(b["batch_bucket"], b["reason"], b["baseline_steps"], b["baseline_requests"])
+            for b in spec["uncovered_buckets"]] == [("1", "few_baseline_requests", 1200, 12),
+                                                    ("65-128", "few_baseline_steps", 1, 100)]
+
+
+def test_25_steps_of_a_single_request_fail_the_request_floor(tmp_path):
+    b = Builder()
+    for _ in range(25):
+        b.step("base", 10.0, [("only", 0, 1)])
+    for i in range(30):
+        b.step("spec", 10.0, [(f"s{i % 10}", 4, 2)])
+    doc = report_json(b.write(tmp_path, [deployment("spec"), deployment("base", "none")]))
+    spec = spec_entry(doc)
+    assert spec["speedup"] is None and spec["speedup_coverage"] == 0
+    assert spec["uncovered_buckets"] == [{"batch_bucket": "1", "committed_share": 1.0,
+                                          "reason": "few_baseline_requests", "baseline_steps": 25,
+                                          "baseline_requests": 1}]
+    assert ("spec: no speedup: no decode-only batch bucket of this deployment has a usable t0 of base "
+            "(one it ran with at least 20 decode steps and 10 requests)") in doc["notes"]
+    assert ("spec: batch 1 left out of the speedup: base's t0 there rests on 25 steps and 1 request "
+            "(20 steps and 10 requests needed); 100.0% of spec's committed tokens ran there") in doc["notes"]
+
+
+def test_steps_and_requests_per_bucket_are_counted_exactly(tmp_path):
+    """Requests that visit several buckets count once in each, steps count in every context
+    bucket they have rounds in, and prefill steps count nowhere."""
+    b = Builder()
+    # batch 2: a and b together, at 500 and 1500 tokens of context: one step, two context buckets
+    b.step("d", 10.0, [("a", 0, 1), ("b", 0, 1)])
+    b.steps[-1]["batch_size"] = 2
+    b.rounds[-2]["context_len"], b.rounds[-1]["context_len"] = 500, 1500
+    # batch 1: a alone, twice at 600 tokens, then once without a context
+    b.step("d", 10.0, [("a", 0, 1)], context_len=600).step("d", 10.0, [("a", 0, 1)], context_len=600)
+    b.step("d", 10.0, [("a", 0, 1)])
+    # a prefill step at batch 1 for c: no decode step, c is in no bucket
+    b.step("d", 30.0, [("c", 0, 1)], prefill=50, context_len=600)
+    # batch 100 (65-128): a and 99 others at 3000 tokens, so cell 65-128 × 2k-4k is bit 7·7 + 2 = 51
+    # of the low mask, and batch 513+ at 40000 tokens is cell 10·7 + 6 = 76, bit 13 of the high mask
+    b.step("d", 10.0, [("a", 0, 1)] + [(f"x{j}", 0, 1) for j in range(99)], context_len=3000)
+    b.step("d", 10.0, [("a", 0, 1), ("e", 0, 1)], batch_size=600, context_len=40000)
+    ws = api.open_traces(b.write(tmp_path, [deployment("d", "none")]))
+    try:
+        got = ws.con.execute("select batch_bucket, context_bucket, num_steps, num_requests from bucket_evidence "
+                             "order by batch_bucket_min(batch_bucket), context_bucket_min(context_bucket) nulls first"
+                             ).fetchall()
+        masks = dict(ws.con.execute("select request_id, [decode_batch_mask, decode_cell_mask_low, "
+                                    "decode_cell_mask_high] from request_rounds").fetchall())
+    finally:
+        ws.close()
+    assert got == [("1", None, 3, 1), ("1", "0-1k", 2, 1),
+                   ("2", None, 1, 2), ("2", "0-1k", 1, 1), ("2", "1k-2k", 1, 1),
+                   ("65-128", None, 1, 100), ("65-128", "2k-4k", 1, 100),
+                   ("513+", None, 1, 2), ("513+", "32k+", 1, 2)]
+    # a: batch positions 1, 2, 8, 11 → bits 0, 1, 7, 10; cells (1, 0-1k) = 0, (2, 0-1k) = 7,
+    # (65-128, 2k-4k) = 51, and (513+, 32k+) = 76 − 63 = bit 13 of the high mask
+    assert masks["a"] == [1 + 2 + 2 ** 7 + 2 ** 10, 1 + 2 ** 7 + 2 ** 51, 2 ** 13]
+    assert masks["b"] == [2, 2 ** 8, 0]      # (2, 1k-2k) = 1 · 7 + 1
+    assert masks["c"] == [0, 0, 0]           # prefill only
