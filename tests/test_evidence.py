@@ -91,6 +91,9 @@ def test_one_baseline_step_does_not_make_a_1_8x_deployment_6_3x(tmp_path):
     curve = {r["batch_bucket"]: r for r in doc["load_curve"] if r["deployment_id"] == "spec"}
     assert curve["1"]["t0_ms"] == pytest.approx(10.0) and curve["1"]["speedup"] == pytest.approx(1.8)
     assert curve["65-128"]["t0_ms"] is None and curve["65-128"]["speedup"] is None
+    # the interval covers the same bucket only: each of spec's requests at batch 1 commits
+    # 2, 2, 2, 2, 1 in turn and base's take 10 ms per token there, so every replicate is 1.8
+    assert spec["speedup_interval"] == [pytest.approx(1.8), pytest.approx(1.8)]
 
 
 def test_the_floors_come_from_the_config(tmp_path):

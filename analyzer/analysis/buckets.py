@@ -3,7 +3,8 @@
 The seed is the only definition. From it come the SQL macros every view calls
 (``batch_bucket(batch_size)``, ``context_bucket(context_len)``,
 ``temperature_bucket(temperature)``, ``<kind>_bucket_min(label)``, the bucket's
-position ``<kind>_bucket_position(value)`` and ``batch_context_cell``), the
+position ``<kind>_bucket_position(value)``, ``batch_context_cell`` and
+``batch_bucket_dot_products``), the
 ``buckets`` table stored with the views, and the labels and bounds Python reads.
 
 A value falls in the first bucket (by position) whose ``highest`` it does not
@@ -87,6 +88,15 @@ def _cell_macro() -> str:
             f"    (batch_position - 1) * {contexts} + context_bucket_position(context_len) - 1")
 
 
+def _dot_products_macro() -> str:
+    """``batch_bucket_dot_products(w, vectors)``: [w · vectors[1], …, w · vectors[n]], one
+    list_dot_product per batch bucket of the seed (vectors: one list per bucket, by position).
+    Written out call by call: a lambda over the buckets, which copies w into each call,
+    cost three times as much in the bootstrap (headline_intervals, docs/performance.md)."""
+    calls = ", ".join(f"list_dot_product(w, vectors[{b.position}])" for b in buckets("batch"))
+    return f"create or replace macro batch_bucket_dot_products(w, vectors) as [{calls}]"
+
+
 def macros_sql() -> str:
     """The bucket macros and the ``buckets`` table, as SQL."""
     statements = []
@@ -112,6 +122,7 @@ def macros_sql() -> str:
         if mins:    # a sort key for labels whose buckets have a lower bound
             statements.append(f"create or replace macro {kind}_bucket_min(label) as case label {mins} end")
     statements.append(_cell_macro())
+    statements.append(_dot_products_macro())
     rows = ", ".join(f"({_literal(b.kind)}, {b.position}, {_literal(b.label)}, {_literal(b.lowest)}, "
                      f"{_literal(b.highest)})" for b in seed())
     statements.append("create or replace table buckets (kind varchar, position integer, label varchar, "

@@ -47,7 +47,7 @@ min_baseline_requests = 10   # ... and this many baseline requests
 min_context_cell_rounds = 200  # a by-context cell's k may differ from the overall one from here
 min_fit_r2 = 0.5             # a round-cost fit extrapolates to unmeasured γ only above this R²
 [intervals]                  # the bootstrap of the 95% intervals (docs/metrics.md)
-replicates = 2000
+replicates = 16000
 seed = 0
 [regression]                 # nightly only: today against the median of the previous days
 window_days = 7
@@ -158,7 +158,7 @@ class Intervals:
     """The Poisson bootstrap of the 95 % intervals (docs/metrics.md); the view
     headline_intervals reads them as the macros intervals_replicates() and intervals_seed()."""
 
-    replicates: int = 2000
+    replicates: int = 16000
     seed: int = 0
 
 

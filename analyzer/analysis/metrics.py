@@ -112,11 +112,13 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             # the batch buckets it ran in that the speedup leaves out, and why (view speedup_uncovered)
             "uncovered_buckets": uncovered.get(dep, []),
             "tpot_speedup": d["tpot_speedup"],
+            "tpot_speedup_interval": _interval(intervals_95.get(dep), "tpot_speedup"),
             "prefill_round_share": d["prefill_round_share"],
             "latency_ms": dict(latency.get(dep, {})),
         }
         out_deployments.append(entry)
         notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present, floors)
+        notes += _dropped_replicate_notes(dep, entry, intervals_95.get(dep))
 
     categories = rows(con, """
         select c.deployment_id, c.category, c.num_requests, c.mean_accept_length, c.acceptance_rate,
@@ -186,6 +188,23 @@ def _interval(row: dict | None, metric: str) -> list[float] | None:
     if row is None or row[f"{metric}_lo"] is None or row[f"{metric}_hi"] is None:
         return None
     return [row[f"{metric}_lo"], row[f"{metric}_hi"]]
+
+
+def _dropped_replicate_notes(dep: str, entry: dict, row: dict | None) -> list[str]:
+    """A bootstrap replicate whose resample leaves a ratio undefined (a covered bucket's
+    baseline without tokens, say) is dropped, never computed over fewer buckets: say how many."""
+    if row is None:
+        return []
+    notes = []
+    for metric, key in (("speedup", "speedup"), ("mean accept length", "accept_length"),
+                        ("tpot_speedup", "tpot_speedup")):
+        value_key = "mean_accept_length" if key == "accept_length" else key
+        used = row[f"{key}_replicates"]
+        if entry.get(value_key) is not None and used < row["replicates"]:
+            notes.append(f"{dep}: the {metric} interval rests on {used:,} of {row['replicates']:,} bootstrap "
+                         "replicates; the others resampled a covered bucket's baseline, or a denominator, to "
+                         "no tokens and were dropped")
+    return notes
 
 
 def _import_notes(con) -> list[str]:

@@ -30,6 +30,11 @@
 -- the (batch, context) cells, batch_context_cell, are bits of decode_cell_mask_low
 -- (cells 0-62) and decode_cell_mask_high (cells 63 on, less 63). The step's bucket
 -- position is computed per step, not per round.
+--
+-- request_group: the group of requests the bootstrap intervals resample together
+-- (request_group_cells), a stable hash of the request's key (the macro request_group),
+-- computed here once per request and the same on every engine. A request without a
+-- requests row gets its group from its rounds' key by the same rule, without an arrival time.
 with per_request as (
     select
         r.deployment_id,
@@ -86,6 +91,7 @@ with per_request as (
 labelled as materialized (
     select
         p.*,
+        request_group(p.deployment_id, p.request_id, epoch_us(q.arrival_time)) as request_group,
         coalesce(q.category, 'unlabeled') as category,
         temperature_bucket(q.temperature) as temperature_bucket,
         coalesce(q.structured_output, false) as structured_output,
@@ -129,6 +135,7 @@ select
     temperature_bucket,
     structured_output,
     has_request,
+    request_group,
     num_rounds,
     num_spec_rounds,
     num_draft_tokens,
