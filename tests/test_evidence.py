@@ -166,3 +166,89 @@ def test_steps_and_requests_per_bucket_are_counted_exactly(tmp_path):
     assert masks["a"] == [1 + 2 + 2 ** 7 + 2 ** 10, 1 + 2 ** 7 + 2 ** 51, 2 ** 13]
     assert masks["b"] == [2, 2 ** 8, 0]      # (2, 1k-2k) = 1 · 7 + 1
     assert masks["c"] == [0, 0, 0]           # prefill only
+
+
+# --------------------------------------------------------------------------- the recommendation's guards
+
+
+def recommend_json(root, *args) -> dict:
+    result = CliRunner().invoke(main, ["recommend", str(root), "--deployment", "spec", "--format", "json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_a_context_cell_of_few_rounds_takes_the_overall_k(tmp_path):
+    """test_recommend_context's two contexts with 120 and 60 decode rounds (two_contexts(2, 1)):
+    alone, 0-1k would want k = 4 and 8k-16k k = 1, against the overall 2 (test_recommend_context
+    works these out). Below min_context_cell_rounds = 200 both take 2 and differ nowhere."""
+    from test_recommend_context import two_contexts
+
+    root = two_contexts(2, 1).write(tmp_path / "t")
+    doc = recommend_json(root, "--by-context")
+    assert doc["num_speculative_tokens_per_batch_size"] == [[1, 1, 2]]
+    short, long_ = doc["by_context"]
+    for entry, rounds in ((short, 120), (long_, 60)):
+        (cell,) = entry["buckets"]
+        assert (cell["recommended"], cell["takes_overall_k"], entry["differs_from_overall"]) == (2, True, [])
+        assert entry["ranges"] == [[1, 1, 2]]
+        assert cell["why"] == f"{rounds} decode rounds here, fewer than min_context_cell_rounds = 200: the overall k (2)"
+        assert (f"Fewer than 200 decode rounds (min_context_cell_rounds) at context {entry['context_bucket']} in "
+                f"batch 1 ({rounds} rounds): too few to differ from the overall recommendation, so these take its "
+                "k.") in entry["notes"]
+    config = tmp_path / "gates.toml"
+    config.write_text("[evidence]\nmin_context_cell_rounds = 60\n")
+    short, long_ = recommend_json(root, "--by-context", "--config", str(config))["by_context"]
+    assert [(e["context_bucket"], e["buckets"][0]["recommended"], e["differs_from_overall"]) for e in (short, long_)] == [
+        ("0-1k", 4, [{"batch_bucket": "1", "k": 4, "overall_k": 2, "num_rounds": 120}]),
+        ("8k-16k", 1, [{"batch_bucket": "1", "k": 1, "overall_k": 2, "num_rounds": 60}])]
+
+
+def low_r2_case(root):
+    """spec (γ up to 3) at batch 1, every draft accepted (E[L](γ) = 1 + γ): four steps at γ = 1
+    taking 10, 14, 10, 14 ms and four at γ = 3 taking 11, 15, 11, 15 ms; base decodes at 10 ms
+    per token (test_tuning's Traces: 20 steps over 10 requests).
+
+    The fit T = α + β·X (X = γ + 1; batch size never varies): the means 12 ms at X = 2 and
+    13 ms at X = 4 give β = 0.5, α = 11. SSE = 8 · 2² = 32 about the two means, SST = 32 +
+    8 · 0.5² = 34, R² = 2 / 34 = 0.0588. Measured: γ = 1 10 · 2 / 12 = 1.667, γ = 3 10 · 4 / 13 =
+    3.077; γ = 2 never ran, and the fit would say 10 · 3 / (11 + 0.5 · 3) = 2.4."""
+    from test_tuning import Traces
+
+    t = Traces().deployment("spec", gamma=3).deployment("base", "none")
+    for ms in (10, 14, 10, 14):
+        t.step("spec", [(1, 1)], ms)
+    for ms in (11, 15, 11, 15):
+        t.step("spec", [(3, 3)], ms)
+    return t.baseline("base", 1, 10.0).write(root)
+
+
+def test_a_cost_fit_below_min_fit_r2_predicts_no_length_that_never_ran(tmp_path):
+    root = low_r2_case(tmp_path / "t")
+    doc = recommend_json(root)
+    (fit,) = doc["cost_fits"]
+    assert fit["r2"] == pytest.approx(2 / 34) and fit["extrapolates"] is False and fit["min_r2"] == 0.5
+    (b,) = doc["buckets"]
+    assert b["predicted_speedup"] == {"0": 1.0, "1": pytest.approx(20 / 12), "2": None, "3": pytest.approx(40 / 13)}
+    assert b["round_ms_source"] == {"1": "measured", "2": None, "3": "measured"}
+    assert b["recommended"] == 3 and b["fit_r2"] is None
+    assert b["why"] == ("largest predicted speedup (γ = 0–3); the cost fit's R² 0.059 is below min_fit_r2 = 0.5, "
+                        "so it predicts no γ that never ran: measured round times only (no prediction for γ = 2)")
+    config = tmp_path / "gates.toml"
+    config.write_text("[evidence]\nmin_fit_r2 = 0.05\n")
+    (b,) = recommend_json(root, "--config", str(config))["buckets"]
+    assert b["predicted_speedup"]["2"] == pytest.approx(30 / 12.5) and b["round_ms_source"]["2"] == "fit"
+    assert b["fit_r2"] == pytest.approx(2 / 34)
+    assert b["why"] == "largest predicted speedup (γ = 0–3); γ = 2 from the round-cost fit"
+
+
+def test_the_report_prints_one_config_per_deployment(sample_report):
+    section = sample_report["md"].split("## 13. Speculation length\n", 1)[1].split("\n## ", 1)[0]
+    per_deployment = section.split("\n### ")[1:]
+    assert len(per_deployment) == 4
+    for part in per_deployment:
+        dep = part.split("\n", 1)[0]
+        (rec,) = [r for r in sample_report["doc"]["tuning"]["recommendations"] if r["deployment_id"] == dep]
+        lines = [line for line in part.splitlines() if '"num_speculative_tokens_per_batch_size"' in line]
+        assert lines == [f'vLLM config: `"num_speculative_tokens_per_batch_size": '
+                         f'{rec["num_speculative_tokens_per_batch_size"]}`']
+        assert "what this context would want" in part and "dominant context" not in part
