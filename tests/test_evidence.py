@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from analyzer import api
 from analyzer.cli import main
-from tracebuilder import deployment, round_row, step, write_traces
+from tracebuilder import deployment, lift_floors, round_row, step, write_traces
 
 
 class Builder:
@@ -252,3 +252,49 @@ def test_the_report_prints_one_config_per_deployment(sample_report):
         assert lines == [f'vLLM config: `"num_speculative_tokens_per_batch_size": '
                          f'{rec["num_speculative_tokens_per_batch_size"]}`']
         assert "what this context would want" in part and "dominant context" not in part
+
+
+def test_a_context_cell_below_the_floors_takes_the_batch_t0(tmp_path):
+    """base at batch 1: 20 steps of 10 ms over 10 requests at 500 tokens of context, and 20
+    steps of 20 ms of a single request at 3000: t0(1, 0-1k) = 10 ms, t0(1, 2k-4k) = 20 ms on
+    1 request, t0(1) = (200 + 400) / 40 = 15 ms (11 requests). spec: 10 rounds of 10 ms, 2
+    tokens each, in each context."""
+    b = Builder()
+    for i in range(20):
+        b.step("base", 10.0, [(f"b{i % 10}", 0, 1)], context_len=500)
+    for _ in range(20):
+        b.step("base", 20.0, [("long", 0, 1)], context_len=3000)
+    for i in range(10):
+        b.step("spec", 10.0, [(f"s{i}", 4, 2)], context_len=500)
+        b.step("spec", 10.0, [(f"t{i}", 4, 2)], context_len=3000)
+    root = b.write(tmp_path, [deployment("spec"), deployment("base", "none")])
+    ws = api.open_traces(root)
+    try:
+        query = ("select context_bucket, t0_ms, t0_match, context_t0_guard, context_baseline_steps, "
+                 "context_baseline_requests, speedup from speedup_by_batch_context where deployment_id = 'spec' "
+                 "order by context_min")
+        got = ws.con.execute(query).fetchall()
+        lift_floors(ws.con)
+        lifted = ws.con.execute(query).fetchall()
+    finally:
+        ws.close()
+    # 2k-4k: the single request's 20 ms does not count; the batch bucket's 15 ms does: 15 · 20 / 100
+    assert got == [("0-1k", pytest.approx(10.0), "context", None, 20, 10, pytest.approx(2.0)),
+                   ("2k-4k", pytest.approx(15.0), "batch", "few_baseline_requests", 20, 1, pytest.approx(3.0))]
+    assert lifted[1] == ("2k-4k", pytest.approx(20.0), "context", None, 20, 1, pytest.approx(4.0))
+
+
+def test_sql_reads_the_default_floors_and_recommend_refuses_a_bad_config(tmp_path):
+    root = issue_case(tmp_path / "t")
+    result = CliRunner().invoke(main, ["sql", str(root), "--format", "csv",
+                                       "select min_baseline_steps() as s, min_baseline_requests() as r, "
+                                       "min_context_cell_rounds() as c, min_fit_r2() as f, "
+                                       "intervals_replicates() as n, intervals_seed() as seed"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["s,r,c,f,n,seed", "20,10,200,0.5,16000,0"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[evidence]\nmin_fit_r2 = 2\n")
+    result = CliRunner().invoke(main, ["recommend", str(root), "--deployment", "spec", "--config", str(bad)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].endswith(
+        f"{bad}: evidence.min_fit_r2: expected a number between 0 and 1, found 2")
