@@ -24,7 +24,7 @@ from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_key
                           read_summary)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
 from .analysis.slices import resolve_columns
-from .analysis.views import DEFAULT_REPEAT_N, create_local_views, create_views, set_config_macros
+from .analysis.views import DEFAULT_REPEAT_N, create_local_views, create_views, set_config_thresholds
 
 ENGINES = ("duckdb", "spark")
 
@@ -354,7 +354,7 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
     from .analysis.quant import quant_matrix
 
     if config is not None:
-        set_config_macros(ws.con, config)
+        set_config_thresholds(ws.con, config)
     if progress:
         progress("computing metrics")
     doc = collect(ws.con, ws.summary, slices=ws.slices)
@@ -477,11 +477,14 @@ def render_rows(columns: list[str], rows: list[tuple], fmt: str) -> str:
     return {"table": tables.aligned, "csv": tables.to_csv, "json": tables.to_json}[fmt](columns, rows)
 
 
-def recommend(ws: Workspace, deployment_id: str, *, by_context: bool = False) -> dict:
+def recommend(ws: Workspace, deployment_id: str, *, by_context: bool = False, config=None) -> dict:
     """``specan recommend``: the speculation length per batch-size range of one deployment
-    (and, with ``by_context``, within each context bucket)."""
+    (and, with ``by_context``, within each context bucket). ``config`` (a loaded gates
+    TOML) sets the sample-size floors it applies, as ``report --config`` does."""
     from .analysis.tuning import recommend as run
 
+    if config is not None:
+        set_config_thresholds(ws.con, config)
     return run(ws.con, deployment_id, by_context=by_context)
 
 

@@ -483,10 +483,12 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
 @click.option("--by-context", "by_context", is_flag=True,
               help="Also recommend within each context-length bucket (JSON key by_context).")
 @click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="TOML file whose [evidence] floors the recommendation applies (the gates file of report).")
 @_memory_option
 @_progress_option
-def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, memory_limit: str,
-              temp_dir: Path | None, progress: bool | None) -> None:
+def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, config_path: Path | None,
+              memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Recommend a speculation length per batch-size range for one deployment of TRACES.
 
     Predicts t0 · E[L](γ) / T_round(γ) for every γ up to num_speculative_tokens in
@@ -499,13 +501,15 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, memo
         specan recommend sample_traces/ --deployment eagle-dyn-bf16
         specan recommend sample_traces/ --deployment eagle-bf16 --format json
         specan recommend sample_traces/ --deployment eagle-bf16 --by-context
+        specan recommend traces/ --deployment eagle-bf16 --config gates.toml
     """
     show = _progress(progress)
+    config = api.load_config(config_path)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir)
     try:
         if show.enabled:
             show(f"fitting round costs of {deployment_id}")
-        result = api.recommend(ws, deployment_id, by_context=by_context)
+        result = api.recommend(ws, deployment_id, by_context=by_context, config=config)
     finally:
         ws.close()
     click.echo(api.render_recommend(result, fmt), nl=False)

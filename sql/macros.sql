@@ -45,6 +45,20 @@ create or replace macro step_end_time(start_time, duration_ms) as
 -- a count, or cast it, to get a DOUBLE back. Up to 10^12 ms per value.
 create or replace macro exact_ms(ms) as cast(ms as decimal(18, 6));
 
+-- The first 32 bits of md5(text), as an integer: the same value on every engine.
+create or replace macro md5_prefix(text) as cast(('0x' || substr(md5(text), 1, 8)) as bigint);
+
+-- The group of a request for the bootstrap intervals (request_group_cells,
+-- headline_intervals): md5_prefix of its key, deployment_id/request_id/arrival time in µs,
+-- mod 256. The arrival time tells apart requests that share an id in different partitions
+-- (the sample's dates); a request without a requests row (its rounds only) has none, so
+-- those share a group. md5 is the same on every engine (request_uid, each engine's own
+-- 64-bit hash, is not), so DuckDB and Spark resample the same groups. Called once per
+-- request, never per round (md5 per round costs 7-21 s per 50M rounds). 256 groups:
+-- docs/metrics.md says why.
+create or replace macro request_group(deployment_id, request_id, arrival_us) as
+    md5_prefix(deployment_id || '/' || request_id || coalesce('/' || cast(arrival_us as varchar), '')) % 256;
+
 -- A draw of Poisson(1) from a 64-bit hash h: the inverse of its distribution function
 -- at h / 2^64. A Poisson bootstrap weighs each group of a replicate by one such draw;
 -- drawn from a hash, the same run gives the same weights (log_speedup_intervals).
@@ -59,3 +73,7 @@ create or replace macro poisson1_draw(h) as
         when cast(h as double) / 18446744073709551616.0 < 0.9999167588507119 then 6
         else 7
     end;
+
+-- The same draw as a DOUBLE, for the weighted sums of the bootstrap (headline_intervals,
+-- list_dot_product over a replicate's group weights).
+create or replace macro poisson_weight(h) as cast(poisson1_draw(h) as double);

@@ -396,14 +396,15 @@ def test_failed_requests_against_the_baseline(gates_of):
 
 
 def capacity_tables(preemptions=(1, 0, 0, 0), base_preemptions=0) -> dict:
+    # base: 20 steps of 10 ms, each one round of one of 10 requests committing 1 token
+    # (enough steps and requests for a usable t0: the [evidence] floors)
     return dict(
         deployments=[BASE, deployment("spec", gamma=4)],
-        requests=[request("base", "b", num_preemptions=base_preemptions),
+        requests=[*[request("base", f"b{i}", num_preemptions=base_preemptions) for i in range(10)],
                   *[request("spec", f"r{i}", num_preemptions=p) for i, p in enumerate(preemptions)]],
-        steps=[step("base", 1, 10.0), step("base", 2, 10.0),
+        steps=[*[step("base", i, 10.0) for i in range(1, 21)],
                step("spec", 1, 20.0), step("spec", 2, 30.0)],
-        rounds=[round_row("base", "b", 0, 0, 0, step_id=1),      # committed 1 in 10 ms
-                round_row("base", "b", 1, 0, 0, step_id=2),      # committed 1 in 10 ms
+        rounds=[*[round_row("base", f"b{i % 10}", i // 10, 0, 0, step_id=i + 1) for i in range(20)],
                 round_row("spec", "r0", 0, 4, 3, step_id=1),     # committed 4 in 20 ms
                 round_row("spec", "r0", 1, 4, 1, step_id=2)],    # committed 2 in 30 ms
     )
@@ -415,7 +416,7 @@ def evidence(speedup, interval, coverage=1.0, requests=50, basis="rounds"):
 
 
 def test_capacity_speedup_and_preemptions(gates_of):
-    # t0(1) = 20 ms / 2 tokens = 10 ms; speedup = 10 · (4 + 2) / (20 + 30) = 1.2
+    # t0(1) = 200 ms / 20 tokens = 10 ms; speedup = 10 · (4 + 2) / (20 + 30) = 1.2
     # preemptions per request = (1 + 0 + 0 + 0) / 4 = 0.25
     g = gates_of(**capacity_tables())
     cap = g[("spec", "capacity")]
@@ -485,7 +486,7 @@ def test_baseline_gets_only_latency_and_capacity_without_min_speedup(gates_of):
     assert [gate for dep, gate in g if dep == "base"] == ["latency", "capacity"]
     cap = g[("base", "capacity")]
     assert [c["name"] for c in cap["checks"]] == ["preemptions_per_request"]
-    assert cap["status"] == "pass"                                           # 0 / 1 ≤ 0.05
+    assert cap["status"] == "pass"                                           # 0 / 10 ≤ 0.05
     # a huge min_speedup changes nothing for the baseline
     g = gates_of(config("[gates.capacity]\nmin_speedup = 100"), evidence(1.2, [1.1, 1.3]), **capacity_tables())
     assert g[("base", "capacity")]["status"] == "pass"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from analyzer import api
-from tracebuilder import at, deployment, round_row, write_table, write_traces, request, step
+from tracebuilder import at, deployment, lift_floors, round_row, write_table, write_traces, request, step
 
 # --------------------------------------------------------------------------- builders
 
@@ -221,6 +221,7 @@ def test_prefill_steps_are_left_out_of_speedup(load):
         ],
     )
     assert rejected(ws) == []
+    lift_floors(ws.con)        # a baseline of a few steps: this tests the definition
     # t0(1) = 40 ms / 4 tokens = 10 ms (with the prefill step it would be 140/5 = 28)
     # spec decode-only rounds at batch 1: committed 4+2+3 = 9, time 20+30+16 = 66
     # speedup = 10 · 9 / 66 = 90/66 (with the prefill round: 10 · 14 / 116)
@@ -270,6 +271,7 @@ def test_partial_bucket_coverage(load):
         ],
     )
     assert rejected(ws) == []
+    lift_floors(ws.con)        # a baseline of a few steps: this tests the definition
     # t0(1) = (10 + 14) / 2 = 12 ms. Bucket 1 of spec: committed 7, time 54.
     # speedup = 12 · 7 / 54 = 84/54, from bucket 1 only
     sp = one(ws, "select * from speedup where deployment_id = 'spec'")
@@ -529,6 +531,7 @@ def test_speedup_by_context_matches_t0_on_batch_and_context(load):
         ],
     )
     assert rejected(ws) == []
+    lift_floors(ws.con)        # a baseline of a few steps: this tests the definition
     got = {r["context_bucket"]: r for r in rows(
         ws, "select * from speedup_by_context where deployment_id = 'spec'")}
     assert set(got) == {"0-1k", "1k-2k", "2k-4k"}

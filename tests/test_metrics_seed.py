@@ -40,7 +40,9 @@ def write_seed_traces(root, gamma, cost, baseline_rounds=1000):
     n = len(accepted)
     write_columns(root, "rounds", {
         "deployment_id": ["spec"] * n + ["base"] * baseline_rounds,
-        "request_id": ["r"] * n + ["b"] * baseline_rounds,
+        # the baseline's rounds take turns among 10 requests: its t0 rests on enough of them
+        # (the [evidence] floors: 20 steps and 10 requests)
+        "request_id": ["r"] * n + [f"b{i % 10}" for i in range(baseline_rounds)],
         "round_idx": list(range(n)) + list(range(baseline_rounds)),
         "step_id": list(range(n)) + list(range(baseline_rounds)),
         "num_draft_tokens": [gamma] * n + [0] * baseline_rounds,

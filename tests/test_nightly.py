@@ -23,7 +23,8 @@ LOOSE = "[gates.latency]\nttft_p99_ms = 1e9\ntpot_p95_ms = 1e9\nmax_stall_p99_ms
 
 
 def write_days(root: Path, accepted_by_day: dict[str, int]) -> Path:
-    """Per day: 10 eagle rounds (γ = 4, K accepted each, 15 ms steps) and 10 baseline rounds (10 ms).
+    """Per day: 10 eagle rounds (γ = 4, K accepted each, 15 ms steps) and 20 baseline rounds (10 ms)
+    of 10 requests (a usable t0 rests on 20 steps and 10 requests: the [evidence] floors).
 
     mean accept length = 1 + K; speedup = 10 · (K + 1) / 15 at batch size 1.
     """
@@ -32,16 +33,18 @@ def write_days(root: Path, accepted_by_day: dict[str, int]) -> Path:
         {"deployment_id": "base", "model": "m", "method": "none", "num_speculative_tokens": 0}])
     for date, k in accepted_by_day.items():
         n = 10
+        nb = 2 * n
         write_columns(root, "rounds", {
-            "deployment_id": ["spec"] * n + ["base"] * n, "request_id": ["r"] * n + ["b"] * n,
-            "round_idx": list(range(n)) * 2, "step_id": list(range(n)) + list(range(n)),
-            "num_draft_tokens": [4] * n + [0] * n, "num_accepted_tokens": [k] * n + [0] * n,
-            "num_committed_tokens": [k + 1] * n + [1] * n, "stop_reason": [None] * 2 * n,
+            "deployment_id": ["spec"] * n + ["base"] * nb,
+            "request_id": ["r"] * n + [f"b{i % 10}" for i in range(nb)],
+            "round_idx": list(range(n)) + [i // 10 for i in range(nb)], "step_id": list(range(n)) + list(range(nb)),
+            "num_draft_tokens": [4] * n + [0] * nb, "num_accepted_tokens": [k] * n + [0] * nb,
+            "num_committed_tokens": [k + 1] * n + [1] * nb, "stop_reason": [None] * (n + nb),
         }, partition=f"date={date}")
         write_columns(root, "steps", {
-            "deployment_id": ["spec"] * n + ["base"] * n, "step_id": list(range(n)) * 2,
-            "start_time": [at(i) for i in range(2 * n)], "duration_ms": [15.0] * n + [10.0] * n,
-            "batch_size": [1] * 2 * n,
+            "deployment_id": ["spec"] * n + ["base"] * nb, "step_id": list(range(n)) + list(range(nb)),
+            "start_time": [at(i) for i in range(n + nb)], "duration_ms": [15.0] * n + [10.0] * nb,
+            "batch_size": [1] * (n + nb),
         }, partition=f"date={date}")
     return root
 

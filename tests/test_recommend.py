@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer import api
+from analyzer.analysis.config import parse_config
 from analyzer.cli import main
 from analyzer.analysis.tuning import UnknownDeployment, recommend
 from analyzer.render.recommend import render_recommend_markdown
@@ -146,13 +147,23 @@ def test_the_fit_and_its_held_slope_are_shown_where_they_serve_a_length(tmp_path
     The unconstrained fit, T = 10.6 − 0.2 X, is held at β_tokens = 0: T = α = 10.0 ms, so
     T_round(2) = 10.0 from the fit. t0 = 10 ms and E[L](γ) = γ + 1:
         γ = 1: 10 · 2 / 10.2 = 1.961 (measured)   γ = 2: 10 · 3 / 10.0 = 3.0 (fit)
-        γ = 3: 10 · 4 / 9.8 = 4.082 (measured)    -> k = 3, and R² = 0 (α alone) is shown."""
+        γ = 3: 10 · 4 / 9.8 = 4.082 (measured)    -> k = 3, and R² = 0 (α alone) is shown.
+    R² = 0 is below the default min_fit_r2 (0.5): the fit serves γ = 2 only with the floor at 0."""
     t = Traces().deployment("spec", gamma=3).deployment("base", "none")
     for gamma, ms in ((1, 10.2), (3, 9.8)):
         for _ in range(2):
             t.step("spec", [(gamma, gamma)], ms)
     t.baseline("base", 1, 10.0)
-    doc = recommend_for(t.write(tmp_path))
+    root = t.write(tmp_path)
+    b = only_bucket(recommend_for(root))
+    assert b["round_ms_source"] == {"1": "measured", "2": None, "3": "measured"} and b["fit_used"] is False
+    assert b["why"].endswith("the cost fit's R² 0.000 is below min_fit_r2 = 0.5, so it predicts no γ that never "
+                             "ran: measured round times only (no prediction for γ = 2)")
+    ws = api.open_traces(root)
+    try:
+        doc = api.recommend(ws, "spec", config=parse_config({"evidence": {"min_fit_r2": 0.0}}))
+    finally:
+        ws.close()
     b = only_bucket(doc)
     assert b["round_ms_source"] == {"1": "measured", "2": "fit", "3": "measured"}
     assert b["predicted_speedup"] == {"0": 1.0, "1": pytest.approx(20 / 10.2), "2": pytest.approx(3.0),

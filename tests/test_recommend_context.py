@@ -5,17 +5,21 @@ lengths. Conditional acceptance is exactly 0.8 at every position in both, so
 E[L](γ) is the closed form (1 − 0.8^(γ+1)) / 0.2 in each context bucket. Every
 γ from 1 to 8 ran at batch size 1, one round per step:
 
-- short prompts (context_len 500, bucket 0-1k), two copies of the block (120
+- short prompts (context_len 500, bucket 0-1k), eight copies of the block (480
   steps): the seed's cheap costs, and the baseline decodes at 10 ms per token.
   Predicted speedup 10 · E[L](γ) / cheap(γ): γ = 4 wins with 2.334.
-- long prompts (context_len 10000, bucket 8k-16k), one copy (60 steps): the
+- long prompts (context_len 10000, bucket 8k-16k), four copies (240 steps): the
   seed's costly costs, and the baseline decodes at 12 ms per token. Predicted
   12 · E[L](γ) / costly(γ): γ = 1 gives 12 · 1.8 / 15.8 = 1.367, and γ = 4 loses,
   12 · 3.3616 / 42.8 = 0.943 < 1.
 
+Both cells have at least min_context_cell_rounds (200) decode rounds, so each may differ
+from the overall answer; two_contexts(2, 1) has 120 and 60, too few.
+
 Pooled over both contexts (the overall recommendation), a round at γ costs the
-round-weighted mean (2 · cheap + costly) / 3 and t0 = (20 · 10 + 10 · 12) / 30
-= 10.667 ms (the baseline ran 20 steps short, 10 long): γ = 2 wins there.
+round-weighted mean (2 · cheap + costly) / 3 and t0 = (40 · 10 + 20 · 12) / 60
+= 10.667 ms (the baseline ran 40 steps short, 20 long, each context enough steps and
+requests for its own t0): γ = 2 wins there.
 """
 
 from __future__ import annotations
@@ -52,10 +56,10 @@ class ContextTraces(Traces):
         return self
 
 
-def two_contexts() -> ContextTraces:
+def two_contexts(short_blocks=8, long_blocks=4) -> ContextTraces:
     t = ContextTraces().deployment("spec").deployment("base", "none")
-    t.at_context(SHORT).regime("spec", pooled_block() * 2, 1, cheap).baseline("base", 1, 10.0, steps=20)
-    t.at_context(LONG).regime("spec", pooled_block(), 1, costly).baseline("base", 1, 12.0, steps=10)
+    t.at_context(SHORT).regime("spec", pooled_block() * short_blocks, 1, cheap).baseline("base", 1, 10.0, steps=40)
+    t.at_context(LONG).regime("spec", pooled_block() * long_blocks, 1, costly).baseline("base", 1, 12.0, steps=20)
     return t
 
 
@@ -94,7 +98,7 @@ def test_short_contexts_keep_gamma_4_and_long_ones_make_it_lose(doc):
 
 def test_the_overall_answer_pools_both_and_each_context_says_how_it_differs(doc):
     (overall,) = doc["buckets"]
-    t0 = (20 * 10 + 10 * 12) / 30
+    t0 = (40 * 10 + 20 * 12) / 60
     for g in range(1, 9):
         pooled_ms = (2 * cheap(g) + costly(g)) / 3
         assert overall["predicted_speedup"][str(g)] == pytest.approx(t0 * closed_form_length(g) / pooled_ms,
@@ -102,14 +106,14 @@ def test_the_overall_answer_pools_both_and_each_context_says_how_it_differs(doc)
     assert overall["recommended"] == 2
     assert doc["num_speculative_tokens_per_batch_size"] == [[1, 1, 2]]
     assert by_context(doc, "0-1k")["differs_from_overall"] == [{"batch_bucket": "1", "k": 4, "overall_k": 2,
-                                                                        "num_rounds": 120}]
+                                                                        "num_rounds": 480}]
     assert by_context(doc, "8k-16k")["differs_from_overall"] == [{"batch_bucket": "1", "k": 1, "overall_k": 2,
-                                                                          "num_rounds": 60}]
+                                                                          "num_rounds": 240}]
 
 
 def test_the_dominant_context_is_the_one_with_most_decode_rounds(doc):
     short, long_ = by_context(doc, "0-1k"), by_context(doc, "8k-16k")
-    assert (short["num_rounds"], long_["num_rounds"]) == (120, 60)
+    assert (short["num_rounds"], long_["num_rounds"]) == (480, 240)
     assert short["share_of_rounds"] == pytest.approx(2 / 3)
     assert (short["dominant"], long_["dominant"]) == (True, False)
     assert [e["context_bucket"] for e in doc["by_context"]] == ["0-1k", "8k-16k"]
@@ -149,10 +153,11 @@ def test_cli_by_context_json_and_markdown(tmp_path):
     assert [(e["context_bucket"], e["ranges"]) for e in entries] == [("0-1k", [[1, 1, 4]]), ("8k-16k", [[1, 1, 1]])]
     md = runner.invoke(main, ["recommend", str(root), "--deployment", "spec", "--by-context"])
     assert md.exit_code == 0, md.output
-    assert ("| context | decode rounds | num_speculative_tokens_per_batch_size | differs from overall |\n"
+    assert ("| context | decode rounds | what this context would want | differs from overall |\n"
             "|---|---|---|---|\n"
-            "| 0-1k | 66.7% | [[1, 1, 4]] | batch 1: k = 4 (overall 2; 120 rounds) |\n"
-            "| 8k-16k | 33.3% | [[1, 1, 1]] | batch 1: k = 1 (overall 2; 60 rounds) |\n") in md.output
-    assert ("vLLM takes batch-size ranges only, not context length. For the dominant context bucket, 0-1k "
-            "(66.7% of decode rounds):\n\n```\n\"num_speculative_tokens_per_batch_size\": [[1, 1, 4]]\n```\n"
-            ) in md.output
+            "| 0-1k | 66.7% | [[1, 1, 4]] | batch 1: k = 4 (overall 2; 480 rounds) |\n"
+            "| 8k-16k | 33.3% | [[1, 1, 1]] | batch 1: k = 1 (overall 2; 240 rounds) |\n") in md.output
+    # one config to copy, the overall one: a context's ranges are never a second block
+    assert md.output.count("```") == 2
+    assert '```\n"num_speculative_tokens_per_batch_size": [[1, 1, 2]]\n```\n' in md.output
+    assert "dominant context" not in md.output

@@ -373,23 +373,26 @@ LOOSE = "[gates.latency]\nttft_p99_ms = 1e9\ntpot_p95_ms = 1e9\nmax_stall_p99_ms
 
 
 def write_days(root, spec_ms_by_day: dict[str, float]):
-    """Per day: 10 eagle rounds (γ = 4, 2 accepted each) with steps of the day's ms, and 10 baseline
-    rounds of 10 ms. Accept length is 3 every day; speedup = 10 · 3 / ms at batch size 1."""
+    """Per day: 10 eagle rounds (γ = 4, 2 accepted each) with steps of the day's ms, and 20 baseline
+    rounds of 10 ms of 10 requests (enough for a usable t0: the [evidence] floors). Accept length
+    is 3 every day; speedup = 10 · 3 / ms at batch size 1."""
     write_table(root, "deployments", [
         {"deployment_id": "spec", "model": "m", "method": "eagle", "num_speculative_tokens": 4},
         {"deployment_id": "base", "model": "m", "method": "none", "num_speculative_tokens": 0}])
     n = 10
     for date, ms in spec_ms_by_day.items():
+        nb = 2 * n
         write_columns(root, "rounds", {
-            "deployment_id": ["spec"] * n + ["base"] * n, "request_id": ["r"] * n + ["b"] * n,
-            "round_idx": list(range(n)) * 2, "step_id": list(range(n)) * 2,
-            "num_draft_tokens": [4] * n + [0] * n, "num_accepted_tokens": [2] * n + [0] * n,
-            "num_committed_tokens": [3] * n + [1] * n, "stop_reason": [None] * 2 * n,
+            "deployment_id": ["spec"] * n + ["base"] * nb,
+            "request_id": ["r"] * n + [f"b{i % 10}" for i in range(nb)],
+            "round_idx": list(range(n)) + [i // 10 for i in range(nb)], "step_id": list(range(n)) + list(range(nb)),
+            "num_draft_tokens": [4] * n + [0] * nb, "num_accepted_tokens": [2] * n + [0] * nb,
+            "num_committed_tokens": [3] * n + [1] * nb, "stop_reason": [None] * (n + nb),
         }, partition=f"date={date}")
         write_columns(root, "steps", {
-            "deployment_id": ["spec"] * n + ["base"] * n, "step_id": list(range(n)) * 2,
-            "start_time": [at(i) for i in range(2 * n)], "duration_ms": [ms] * n + [10.0] * n,
-            "batch_size": [1] * 2 * n,
+            "deployment_id": ["spec"] * n + ["base"] * nb, "step_id": list(range(n)) + list(range(nb)),
+            "start_time": [at(i) for i in range(n + nb)], "duration_ms": [ms] * n + [10.0] * nb,
+            "batch_size": [1] * (n + nb),
         }, partition=f"date={date}")
     return root
 

@@ -81,8 +81,8 @@ def test_replay_markdown_has_no_timing(hand_trace):  # noqa: F811
     assert first.exit_code == 0 and second.exit_code == 0, first.output
     assert first.stdout == second.stdout
     assert "tokens/s" not in first.stdout and " s (" not in first.stdout
-    # r1 and b1 have token ids, 12 + 5 tokens each; r2 has none
-    assert first.stdout.count("- Replayed 34 tokens of 2 requests.\n") == 2
+    # r1 and the baseline's b0-b9 have token ids, 12 + 5 tokens each; r2 has none
+    assert first.stdout.count("- Replayed 187 tokens of 11 requests.\n") == 2
 
 
 def replay_result(**extra) -> dict:
@@ -115,8 +115,8 @@ def test_replay_json_has_no_timing(hand_trace):  # noqa: F811
     assert result.exit_code == 0, result.output
     (replay,) = json.loads(result.stdout)["replays"]
     assert "replay_seconds" not in replay and "tokens_per_s" not in replay
-    assert replay["tokens_replayed"] == 34
-    assert "suffix: replayed 34 tokens of 2 requests in " in result.stderr
+    assert replay["tokens_replayed"] == 187                       # 11 requests of 17 tokens
+    assert "suffix: replayed 187 tokens of 11 requests in " in result.stderr
 
 
 # --------------------------------------------------------------------------- 3. notes holding '; '

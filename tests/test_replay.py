@@ -145,22 +145,26 @@ def hand_trace(tmp_path):
 
     ng's rounds (all of request r1), by step: batch 1 for 10 and 14 ms, batch 2 for
     20 ms, batch 3 for 30 ms (a bucket the baseline lacks), and a prefill step of
-    50 ms. base: batch 1 for 5 and 7 ms, batch 2 for 8 ms, one token each, so
-    t0(1) = 12 / 2 = 6 ms and t0(2) = 8 ms. Request r2 has no token ids.
+    50 ms. base, one token per round, over 10 requests b0-b9 (a t0 needs 20 steps and
+    10 requests: the [evidence] floors): 20 steps at batch 1 taking 5 and 7 ms in
+    turn, and 20 steps at batch 2 of 8 ms, so t0(1) = (10 · 5 + 10 · 7) / 20 = 6 ms
+    and t0(2) = 8 ms. Request r2 has no token ids.
     """
+    base_steps = ([step("base", 11 + i, 1, 5.0 if i % 2 == 0 else 7.0) for i in range(20)]
+                  + [step("base", 31 + i, 2, 8.0) for i in range(20)])
+    base_rounds = ([round_row("base", f"b{i % 10}", i // 10, 0, 0, step_id=11 + i) for i in range(20)]
+                   + [round_row("base", f"b{(2 * i + slot) % 10}", 2 + (2 * i + slot) // 10, 0, 0, step_id=31 + i)
+                      for i in range(20) for slot in range(2)])
     return write_traces(
         tmp_path / "hand",
         deployments=[deployment("ng", "ngram", 3, spec_config=NGRAM_CONFIG), deployment("base", "none")],
         requests=[request("ng", "r1", **IDS), request("ng", "r2", temperature=0.7),
-                  request("base", "b1", **IDS)],
+                  *[request("base", f"b{i}", **IDS) for i in range(10)]],
         steps=[step("ng", 1, 1, 10.0), step("ng", 2, 1, 14.0), step("ng", 3, 2, 20.0),
-               step("ng", 4, 3, 30.0), step("ng", 5, 1, 50.0, prefill=100),
-               step("base", 11, 1, 5.0), step("base", 12, 1, 7.0), step("base", 13, 2, 8.0)],
+               step("ng", 4, 3, 30.0), step("ng", 5, 1, 50.0, prefill=100), *base_steps],
         rounds=[round_row("ng", "r1", 0, 3, 0, step_id=1), round_row("ng", "r1", 1, 3, 2, step_id=2),
                 round_row("ng", "r1", 2, 0, 0, step_id=3), round_row("ng", "r1", 3, 0, 0, step_id=4),
-                round_row("ng", "r1", 4, 0, 0, step_id=5),
-                round_row("base", "b1", 0, 0, 0, step_id=11), round_row("base", "b1", 1, 0, 0, step_id=12),
-                round_row("base", "b1", 2, 0, 0, step_id=13)],
+                round_row("ng", "r1", 4, 0, 0, step_id=5), *base_rounds],
     )
 
 
@@ -223,7 +227,7 @@ def test_requests_without_token_ids_are_counted_and_noted(hand_trace):
     finally:
         ws.close()
     assert res["requests_without_token_ids"] == {"ng": 1}
-    assert res["num_requests_replayed"] == 2
+    assert res["num_requests_replayed"] == 11       # r1 and the baseline's 10
     assert any("left out: ng 1." in note for note in res["notes"])
     # The deployment's configuration matches the parameters: no mismatch note.
     assert not any("is configured with" in note for note in res["notes"])

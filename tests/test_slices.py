@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from analyzer import api
 from analyzer.cli import main
-from tracebuilder import deployment, request, round_row, step, write_traces
+from tracebuilder import deployment, lift_floors, no_floors_config, request, round_row, step, write_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,6 +71,11 @@ def traces(tmp_path_factory) -> Path:
     return write_traces(tmp_path_factory.mktemp("slices"),
                         deployments=[deployment("spec", gamma=4), deployment("base", method="none")],
                         requests=spec_requests + base_requests, steps=steps, rounds=rounds)
+
+
+def FLOORS(traces) -> tuple[str, Path]:
+    """--config lifting the [evidence] floors: the baseline here has 3 steps and 3 requests."""
+    return "--config", no_floors_config(traces.parent)
 
 
 def run(*args):
@@ -137,7 +142,7 @@ def approx_rows(rows: list[dict]) -> list[dict]:
 
 
 def test_report_json_slices_by_an_extra_column_match_the_hand_count(traces):
-    result = run("report", traces, "--by", "tenant", "--format", "json")
+    result = run("report", traces, "--by", "tenant", "--format", "json", *FLOORS(traces))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert [s["column"] for s in doc["slices"]] == ["tenant"]
@@ -145,7 +150,7 @@ def test_report_json_slices_by_an_extra_column_match_the_hand_count(traces):
 
 
 def test_two_by_columns_each_get_their_slices_in_the_order_given(traces):
-    result = run("report", traces, "--by", "region", "--by", "tenant", "--format", "json")
+    result = run("report", traces, "--by", "region", "--by", "tenant", "--format", "json", *FLOORS(traces))
     assert result.exit_code == 0, result.output
     slices = json.loads(result.output)["slices"]
     assert [s["column"] for s in slices] == ["region", "tenant"]
@@ -155,6 +160,7 @@ def test_two_by_columns_each_get_their_slices_in_the_order_given(traces):
 
 def test_speedup_coverage_of_a_slice_counts_the_buckets_without_t0(traces):
     ws = api.open_traces(traces, by=("tenant",))
+    lift_floors(ws.con)
     try:
         got = dict(ws.con.execute("""select coalesce(slice_value, '(null)'), speedup_coverage from slice_metrics
                                      where deployment_id = 'spec'""").fetchall())
@@ -166,7 +172,7 @@ def test_speedup_coverage_of_a_slice_counts_the_buckets_without_t0(traces):
 
 
 def test_markdown_has_a_slices_section_with_a_table_per_column(traces):
-    result = run("report", traces, "--by", "tenant", "--no-progress")
+    result = run("report", traces, "--by", "tenant", "--no-progress", *FLOORS(traces))
     assert result.exit_code == 0, result.output
     section = result.output.split("## Slices\n", 1)[1].split("\n## ", 1)[0]
     # the numbers above, rounded for display: 122/41 = 2.976, 50/19 = 2.632
@@ -188,7 +194,7 @@ def test_markdown_has_a_slices_section_with_a_table_per_column(traces):
 
 
 def test_html_shows_the_same_slices(traces):
-    result = run("report", traces, "--by", "tenant", "--format", "html", "--no-progress")
+    result = run("report", traces, "--by", "tenant", "--format", "html", "--no-progress", *FLOORS(traces))
     assert result.exit_code == 0, result.output
     assert "<h2>Slices</h2>" in result.output and "<h3>By tenant</h3>" in result.output
     assert ("<tr><td>spec</td><td>(null)</td><td>2</td><td>2.500</td><td>50.0%</td><td>2.000</td>"
@@ -243,7 +249,7 @@ def test_unknown_column_is_a_usage_error_naming_the_columns(traces):
 
 
 def test_a_column_is_matched_regardless_of_case_and_named_once(traces):
-    result = run("report", traces, "--by", "Tenant", "--by", "tenant", "--format", "json")
+    result = run("report", traces, "--by", "Tenant", "--by", "tenant", "--format", "json", *FLOORS(traces))
     assert result.exit_code == 0, result.output
     slices = json.loads(result.output)["slices"]
     assert [s["column"] for s in slices] == ["tenant"]

@@ -78,14 +78,15 @@ class Traces:
                                  "num_speculative_tokens": 0 if method == "none" else gamma, **extra})
         return self
 
-    def step(self, deployment_id, rounds, duration_ms, *, prefill=0):
-        """One step holding ``rounds``: (drafted, accepted[, invalidated[, nodes]]) per request."""
+    def step(self, deployment_id, rounds, duration_ms, *, prefill=0, request_prefix="s"):
+        """One step holding ``rounds``: (drafted, accepted[, invalidated[, nodes]]) per request;
+        the request in slot i is ``request_prefix`` + i."""
         sid = self.next_step.get(deployment_id, 0)
         self.next_step[deployment_id] = sid + 1
         for slot, r in enumerate(rounds):
             d, k = r[0], r[1]
             self.rounds["deployment_id"].append(deployment_id)
-            self.rounds["request_id"].append(f"s{slot}")
+            self.rounds["request_id"].append(f"{request_prefix}{slot}")
             self.rounds["round_idx"].append(sid)
             self.rounds["step_id"].append(sid)
             self.rounds["num_draft_tokens"].append(d)
@@ -113,9 +114,12 @@ class Traces:
                 self.step(deployment_id, members[i:i + batch], cost(gamma))
         return self
 
-    def baseline(self, deployment_id, batch, step_ms, steps=10):
-        for _ in range(steps):
-            self.step(deployment_id, [(0, 0)] * batch, step_ms)
+    def baseline(self, deployment_id, batch, step_ms, steps=20):
+        """Plain decoding at ``step_ms`` per step of ``batch`` requests, so t0 = step_ms. The
+        steps take turns among 10 sets of requests: a t0 resting on at least 20 steps and 10
+        requests is usable ([evidence] floors; tests/test_evidence.py tests the floors)."""
+        for i in range(steps):
+            self.step(deployment_id, [(0, 0)] * batch, step_ms, request_prefix=f"b{i % 10}-")
         return self
 
     def write(self, root):

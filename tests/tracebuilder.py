@@ -109,3 +109,26 @@ def step(deployment_id: str, step_id: int, duration_ms: float = 10.0, batch_size
     return {"deployment_id": deployment_id, "step_id": step_id,
             "start_time": at(step_id if start_ms is None else start_ms),
             "duration_ms": duration_ms, "batch_size": batch_size, **extra}
+
+
+# A tiny hand-built trace has a baseline of a few steps and requests: below the [evidence]
+# floors a usable t0 needs (20 steps, 10 requests; tests/test_evidence.py tests them). A
+# test of another definition (prefill steps, slices, context matching) lifts the floors.
+NO_FLOORS_TOML = "[evidence]\nmin_baseline_steps = 1\nmin_baseline_requests = 1\n"
+
+
+def no_floors_config(folder: Path) -> Path:
+    """A gates TOML lifting the [evidence] floors, for ``--config``."""
+    path = Path(folder) / "no_floors.toml"
+    path.write_text(NO_FLOORS_TOML, encoding="utf-8")
+    return path
+
+
+def lift_floors(con) -> None:
+    """The [evidence] floors lifted on a workspace's connection, as ``--config`` would."""
+    import tomllib
+
+    from analyzer.analysis.config import parse_config
+    from analyzer.analysis.views import set_config_thresholds
+
+    set_config_thresholds(con, parse_config(tomllib.loads(NO_FLOORS_TOML)))

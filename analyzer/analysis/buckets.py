@@ -2,7 +2,9 @@
 
 The seed is the only definition. From it come the SQL macros every view calls
 (``batch_bucket(batch_size)``, ``context_bucket(context_len)``,
-``temperature_bucket(temperature)`` and ``<kind>_bucket_min(label)``), the
+``temperature_bucket(temperature)``, ``<kind>_bucket_min(label)``, the bucket's
+position ``<kind>_bucket_position(value)``, ``batch_context_cell`` and
+``batch_bucket_dot_products``), the
 ``buckets`` table stored with the views, and the labels and bounds Python reads.
 
 A value falls in the first bucket (by position) whose ``highest`` it does not
@@ -65,6 +67,36 @@ def _literal(value) -> str:
     return repr(value)
 
 
+# A request's (batch bucket, context bucket) cells are kept as bits of two BIGINT masks
+# (request_rounds.decode_cell_mask_low/high): 63 bits each, so no shift reaches the sign bit.
+MASK_BITS = 63
+
+
+def cell_count() -> int:
+    """The (batch bucket, context bucket) cells, each one bit of the masks."""
+    return len(buckets("batch")) * len(buckets("context"))
+
+
+def _cell_macro() -> str:
+    """``batch_context_cell(batch_position, context_len)``: the bit of a (batch, context)
+    cell, (batch position − 1) · contexts + (context position − 1); null without a context."""
+    if cell_count() > 2 * MASK_BITS:
+        raise ValueError(f"sql/seeds/buckets.csv: {cell_count()} (batch, context) cells do not fit "
+                         f"two {MASK_BITS}-bit masks")
+    contexts = len(buckets("context"))
+    return ("create or replace macro batch_context_cell(batch_position, context_len) as\n"
+            f"    (batch_position - 1) * {contexts} + context_bucket_position(context_len) - 1")
+
+
+def _dot_products_macro() -> str:
+    """``batch_bucket_dot_products(w, vectors)``: [w · vectors[1], …, w · vectors[n]], one
+    list_dot_product per batch bucket of the seed (vectors: one list per bucket, by position).
+    Written out call by call: a lambda over the buckets, which copies w into each call,
+    cost three times as much in the bootstrap (headline_intervals, docs/performance.md)."""
+    calls = ", ".join(f"list_dot_product(w, vectors[{b.position}])" for b in buckets("batch"))
+    return f"create or replace macro batch_bucket_dot_products(w, vectors) as [{calls}]"
+
+
 def macros_sql() -> str:
     """The bucket macros and the ``buckets`` table, as SQL."""
     statements = []
@@ -79,9 +111,18 @@ def macros_sql() -> str:
                 else f"when {argument} <= {_literal(last.highest)} then {_literal(last.label)}")
         body = "\n        ".join([*whens, tail])
         statements.append(f"create or replace macro {kind}_bucket({argument}) as\n    case\n        {body}\n    end")
+        positions = [f"when {argument} is null then "
+                     f"{next((str(b.position) for b in seed() if b.kind == kind and b.position == 0), 'null')}"]
+        positions += [f"when {argument} <= {_literal(b.highest)} then {b.position}" for b in ordered[:-1]]
+        positions.append(f"else {last.position}" if last.highest is None
+                         else f"when {argument} <= {_literal(last.highest)} then {last.position}")
+        statements.append(f"create or replace macro {kind}_bucket_position({argument}) as\n    case\n        "
+                          + "\n        ".join(positions) + "\n    end")
         mins = " ".join(f"when {_literal(b.label)} then {_literal(b.lowest)}" for b in ordered if b.lowest is not None)
         if mins:    # a sort key for labels whose buckets have a lower bound
             statements.append(f"create or replace macro {kind}_bucket_min(label) as case label {mins} end")
+    statements.append(_cell_macro())
+    statements.append(_dot_products_macro())
     rows = ", ".join(f"({_literal(b.kind)}, {b.position}, {_literal(b.label)}, {_literal(b.lowest)}, "
                      f"{_literal(b.highest)})" for b in seed())
     statements.append("create or replace table buckets (kind varchar, position integer, label varchar, "

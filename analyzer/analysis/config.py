@@ -49,7 +49,7 @@ min_context_cell_rounds = 200  # a by-context cell's k may differ from the overa
 min_fit_r2 = 0.5             # a round-cost fit extrapolates to unmeasured γ only above this R²
 min_log_intervals = 10       # logs speedup: a batch bucket counts with this many log intervals of each side
 [intervals]                  # the bootstrap of the 95% intervals (docs/metrics.md)
-replicates = 2000
+replicates = 16000
 seed = 0
 [regression]                 # nightly only: today against the median of the previous days
 window_days = 7
@@ -140,7 +140,9 @@ class Regression:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Sample-size floors: below them a number is reported but does not decide."""
+    """Sample-size floors: below them a number is reported but does not decide. The views
+    and the recommendation read them as SQL macros of the same names
+    (analyzer/analysis/views.py, config_macros_sql)."""
 
     # the deployment's own requests behind the speedup it is judged by: with fewer, a
     # bootstrap over them says nothing about its traffic
@@ -162,9 +164,10 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Intervals:
-    """The Poisson bootstrap of the 95 % intervals (docs/metrics.md)."""
+    """The Poisson bootstrap of the 95 % intervals (docs/metrics.md); the view
+    headline_intervals reads them as the macros intervals_replicates() and intervals_seed()."""
 
-    replicates: int = 2000
+    replicates: int = 16000
     seed: int = 0
 
 

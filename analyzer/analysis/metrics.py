@@ -34,6 +34,9 @@ ANOMALY_KINDS = ("looping", "no_acceptance", "stall")
 # The thresholds request_anomalies reads (macros; analyzer/analysis/views.py, config_macros_sql).
 ANOMALY_THRESHOLDS = ("looping_min_output_tokens", "looping_min_self_repeat_ratio", "no_acceptance_min_spec_rounds",
                       "no_acceptance_min_deployment_acceptance", "stall_min_ms", "stall_min_median_multiple")
+UNCOVERED_KEYS = ("batch_bucket", "committed_share", "reason", "baseline_steps", "baseline_requests")
+# the reasons of speedup_uncovered that the [evidence] floors give (baseline_t0.t0_guard)
+GUARD_REASONS = ("few_baseline_steps", "few_baseline_requests", "few_baseline_steps_and_requests")
 CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms", "t0_ms", "speedup",
               "condition_holds")
 LOG_CURVE_KEYS = ("deployment_id", "baseline_id", "batch_bucket", "num_intervals", "seconds", "generated_tokens",
@@ -76,6 +79,10 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     log_speedups = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup")}
     log_intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup_intervals")}
     min_log_intervals = con.execute("select min_log_intervals()").fetchone()[0]
+    uncovered = defaultdict(list)
+    for row in rows(con, "select * from speedup_uncovered order by deployment_id, bucket_min"):
+        uncovered[row["deployment_id"]].append(_pick(row, UNCOVERED_KEYS))
+    floors = rows(con, "select min_baseline_steps() as steps, min_baseline_requests() as requests")[0]
     capacity_by_batch = defaultdict(list)
     for row in rows(con, "select * from capacity_by_batch order by deployment_id, bucket_min"):
         capacity_by_batch[row["deployment_id"]].append(_pick(row, CAPACITY_BY_BATCH_KEYS))
@@ -116,14 +123,18 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "mean_accept_length_interval": _interval(intervals_95.get(dep), "mean_accept_length"),
             "speedup_coverage": d["speedup_coverage"],
             "speedup_note": d["speedup_note"],
+            # the batch buckets it ran in that the speedup leaves out, and why (view speedup_uncovered)
+            "uncovered_buckets": uncovered.get(dep, []),
             "tpot_speedup": d["tpot_speedup"],
+            "tpot_speedup_interval": _interval(intervals_95.get(dep), "tpot_speedup"),
             # from engine logs alone (basis: logs; views log_speedup, log_speedup_intervals)
             **_log_speedup(log_speedups.get(dep), log_intervals_95.get(dep), min_log_intervals),
             "prefill_round_share": d["prefill_round_share"],
             "latency_ms": dict(latency.get(dep, {})),
         }
         out_deployments.append(entry)
-        notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present)
+        notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present, floors)
+        notes += _dropped_replicate_notes(dep, entry, intervals_95.get(dep))
         notes += _log_speedup_notes(dep, log_speedups.get(dep))
 
     categories = rows(con, """
@@ -240,6 +251,23 @@ def _log_speedup_notes(dep: str, row: dict | None) -> list[str]:
     return notes
 
 
+def _dropped_replicate_notes(dep: str, entry: dict, row: dict | None) -> list[str]:
+    """A bootstrap replicate whose resample leaves a ratio undefined (a covered bucket's
+    baseline without tokens, say) is dropped, never computed over fewer buckets: say how many."""
+    if row is None:
+        return []
+    notes = []
+    for metric, key in (("speedup", "speedup"), ("mean accept length", "accept_length"),
+                        ("tpot_speedup", "tpot_speedup")):
+        value_key = "mean_accept_length" if key == "accept_length" else key
+        used = row[f"{key}_replicates"]
+        if entry.get(value_key) is not None and used < row["replicates"]:
+            notes.append(f"{dep}: the {metric} interval rests on {used:,} of {row['replicates']:,} bootstrap "
+                         "replicates; the others resampled a covered bucket's baseline, or a denominator, to "
+                         "no tokens and were dropped")
+    return notes
+
+
 def _import_notes(con) -> list[str]:
     """Notes the importers left beside the traces (TRACES/import_notes/), if any."""
     try:
@@ -333,10 +361,33 @@ def _table_notes(con, summary: LoadSummary) -> list[str]:
     return notes
 
 
+def _counted(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _guard_note(dep: str, baseline_id: str, guarded: list[dict], floors: dict) -> str:
+    """The batch buckets whose baseline t0 rests on too few steps or requests, with the
+    counts, the floors and the share of the deployment's tokens they held."""
+    def rests_on(b: dict) -> str:
+        return f"{_counted(b['baseline_steps'], 'step')} and {_counted(b['baseline_requests'], 'request')}"
+
+    names = [b["batch_bucket"] for b in guarded]
+    where = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    counts = (rests_on(guarded[0]) if len(guarded) == 1
+              else "; ".join(f"{rests_on(b)} at {b['batch_bucket']}" for b in guarded))
+    share = sum(b["committed_share"] or 0 for b in guarded)
+    return (f"{dep}: batch {where} left out of the speedup: {baseline_id}'s t0 there rests on {counts} "
+            f"({_counted(floors['steps'], 'step')} and {_counted(floors['requests'], 'request')} needed); "
+            f"{share:.1%} of {dep}'s committed tokens ran there")
+
+
 def _deployment_notes(d: dict, entry: dict, latency_n: dict, requests_present: bool,
-                      steps_present: bool) -> list[str]:
+                      steps_present: bool, floors: dict) -> list[str]:
     dep = d["deployment_id"]
     notes = []
+    guarded = [b for b in entry["uncovered_buckets"] if b["reason"] in GUARD_REASONS]
+    if guarded:
+        notes.append(_guard_note(dep, d["baseline_id"], guarded, floors))
     if d["num_rounds"] == 0:
         notes.append(f"{dep}: no clean rounds, so every acceptance metric is null")
     elif d["num_spec_rounds"] == 0:
@@ -349,7 +400,8 @@ def _deployment_notes(d: dict, entry: dict, latency_n: dict, requests_present: b
         notes.append(f"{dep}: {d['speedup_note']}")
     elif d["speedup"] is not None and d["speedup_coverage"] is not None and d["speedup_coverage"] < 1:
         notes.append(f"{dep}: speedup covers {d['speedup_coverage']:.1%} of its committed tokens; the rest ran in "
-                     "prefill steps or batch buckets its baseline never ran")
+                     "prefill steps or batch buckets its baseline never ran"
+                     + (" or whose t0 is left out (above)" if guarded else ""))
     if requests_present:
         missing = [m for m in LATENCY_METRICS if not latency_n.get(m)]
         if missing:

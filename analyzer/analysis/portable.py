@@ -29,7 +29,7 @@ from . import buckets
 from .views import DEFAULT_REPEAT_N, View, config_macros_sql, discover_views
 
 # Functions Spark SQL runs that sqlglot's Spark parser does not list by name.
-_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"xxhash64", "unix_micros", "timestamp_micros", "collect_set", "collect_list", "array_sort", "try_element_at", "isnan", "double"})
+_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"xxhash64", "unix_micros", "timestamp_micros", "collect_set", "collect_list", "array_sort", "try_element_at", "isnan", "double", "conv"})
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,11 @@ _SPARK_FUNCTIONS = {
 }
 
 # Macro bodies Spark needs in another form (same value): DuckDB adds an INTERVAL of
-# microseconds, Spark counts microseconds since the epoch.
+# microseconds, Spark counts microseconds since the epoch; the request group's hex digits.
 _SPARK_MACRO_BODIES = {
     "step_end_time": "timestamp_micros(unix_micros(start_time) + cast(round(duration_ms * 1000) as bigint))",
+    # DuckDB reads '0x…' text as an integer, Spark converts the hex digits with conv()
+    "md5_prefix": "cast(conv(substring(md5(text), 1, 8), 16, 10) as bigint)",
 }
 
 

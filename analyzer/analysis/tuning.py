@@ -55,7 +55,11 @@ A regressor that never
 varies in the bucket is dropped (B in buckets ``1`` and ``2``; its effect is in α).
 When X is (almost) proportional to B, which happens when γ never varied, the
 system is singular: B is dropped, the fit is marked ``singular`` with the
-reason, and it is not used to extrapolate.
+reason, and it is not used to extrapolate. Nor is a fit whose R² is below
+min_fit_r2 (the gates TOML's [evidence]; read from the connection's macro,
+``evidence_floors``): it explains too little of the step times to predict a
+length that never ran, so its bucket uses measured round times only, and its
+``why`` says the R² and the floor (``extrapolates`` in the fit).
 
 Rule for the quadratic term q·X²: it is tried only with at least 4 distinct X
 values in the bucket and at least one residual degree of freedom left, and kept
@@ -131,6 +135,15 @@ NO_DRAFT_NOTE_SHARE = 0.05  # note when more rounds than this proposed no draft 
 MIN_CONTEXT_FIT_STEPS = 20
 
 
+def evidence_floors(con: duckdb.DuckDBPyConnection) -> dict[str, float]:
+    """The [evidence] floors the recommendation applies, as the connection's macros hold them
+    (the defaults, or ``--config``'s: analyzer/analysis/views.py, set_config_thresholds)."""
+    steps, requests, cells, r2 = con.execute("select min_baseline_steps(), min_baseline_requests(), "
+                                             "min_context_cell_rounds(), min_fit_r2()").fetchone()
+    return {"min_baseline_steps": int(steps), "min_baseline_requests": int(requests),
+            "min_context_cell_rounds": int(cells), "min_fit_r2": float(r2)}
+
+
 class UnknownDeployment(InputProblem):
     """The deployment id is not among the clean deployments."""
 
@@ -182,8 +195,9 @@ def _solve(cov: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, float] | None:
     return z / scale, smallest
 
 
-def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The fit of one (deployment, bucket) from its ``cost_model`` row."""
+def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]], min_r2: float) -> dict[str, Any]:
+    """The fit of one (deployment, bucket) from its ``cost_model`` row; it extrapolates to
+    lengths that never ran only with an R² of at least ``min_r2`` (``extrapolates``)."""
     n = int(row["n_steps"])
     sxx, sxb, sbb = float(row["sxx"] or 0), float(row["sxb"] or 0), float(row["sbb"] or 0)
     syy = float(row["syy"] or 0)
@@ -322,6 +336,12 @@ def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]]) -> dict[s
         "tokens_range": [int(row["min_tokens"]), int(row["max_tokens"])],
         "batch_size_range": [int(row["min_batch_size"]), int(row["max_batch_size"])],
     }
+    # a fit that explains little of the step times predicts an unmeasured γ no better than
+    # a guess: it serves only with R² ≥ min_fit_r2 ([evidence]); an unknown R² (every step
+    # took the same time) is not enough either
+    fit["min_r2"] = min_r2
+    fit["extrapolates"] = (fit["gamma_varied"] and not fit["singular"] and fit["beta_tokens"] is not None
+                           and fit["r2"] is not None and fit["r2"] >= min_r2)
     fit["residuals"] = {
         str(g): c_row["step_ms"] - predict_round_ms(fit, c_row["mean_tokens_verified"], c_row["mean_batch_size"],
                                                     tokens_sq=c_row["mean_tokens_verified_sq"])
@@ -374,12 +394,15 @@ def round_cost_fits(con: duckdb.DuckDBPyConnection, deployment_id: str | None = 
     r2, rmse, observed_gamma (lengths > 0), mixed_steps, plain_steps (no request proposed),
     partial_steps (some requests proposed nothing), gamma_varied, singular, singular_reason,
     mean_batch_size (round-weighted), nodes_per_draft, tokens_range, batch_size_range,
-    residuals {γ: mean measured − fitted step time of the steps at γ}.
+    residuals {γ: mean measured − fitted step time of the steps at γ}, min_r2 (the floor
+    min_fit_r2 applied) and extrapolates (the fit serves for lengths that never ran: γ varied,
+    not singular, R² ≥ min_r2).
     """
     where, params = _scope(deployment_id, context_bucket)
     costs = _costs if _costs is not None else _gamma_costs(con, deployment_id, context_bucket)
     rows = _rows(con, f"select * from cost_model {where} order by deployment_id, bucket_min", params)
-    return [_fit_bucket(r, costs.get((r["deployment_id"], r["batch_bucket"]), {})) for r in rows]
+    min_r2 = evidence_floors(con)["min_fit_r2"]
+    return [_fit_bucket(r, costs.get((r["deployment_id"], r["batch_bucket"]), {}), min_r2) for r in rows]
 
 
 # --------------------------------------------------------------------------- shared inputs
@@ -401,7 +424,7 @@ def _inputs(con: duckdb.DuckDBPyConnection, deployment_id: str | None) -> dict[s
 
 
 def _fit_usable(fit: dict[str, Any]) -> bool:
-    return fit["gamma_varied"] and not fit["singular"] and fit["beta_tokens"] is not None
+    return fit["extrapolates"]
 
 
 def _round_time(fit: dict[str, Any], costs: dict[int, dict], gamma: int, *,
@@ -489,6 +512,20 @@ def _spec_deployments(con, deployment_id: str | None = None) -> dict[str, dict[s
 
 def _fmt(value: float) -> str:
     return f"{value:.3f}"
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _take_overall_k(bucket: dict[str, Any], k: int | None, min_rounds: int) -> None:
+    """A (context, batch) cell too thin to differ takes the overall recommendation's k there."""
+    bucket["recommended"] = k
+    at_k = bucket["predicted_speedup"].get(str(k)) if k is not None else None
+    bucket["speedup_at_k"] = at_k
+    bucket["speedup_at_k_source"] = (bucket["speedup_source"].get(str(k)) if at_k is not None else None)
+    bucket["why"] = (f"{bucket['num_rounds']:,} decode rounds here, fewer than min_context_cell_rounds = "
+                     f"{min_rounds:,}: the overall k" + (f" ({k})" if k is not None else " (none there)"))
 
 
 def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context: bool = False) -> dict[str, Any]:
@@ -656,6 +693,12 @@ def _predict_bucket(fit: dict[str, Any], costs: dict[int, dict], t0: float | Non
         why = f"only γ = {observed[0]} ran here and its measured speedup is unknown: no prediction"
     if fit_note:
         why += f"; {fit_note}"
+    if fit["gamma_varied"] and not fit["singular"] and fit["beta_tokens"] is not None and not fit["extrapolates"]:
+        r2 = "unknown (every step took the same time)" if fit["r2"] is None else _fmt(fit["r2"])
+        unmeasured = [str(g) for g in range(1, max_gamma + 1) if sources[str(g)] is None]
+        why += (f"; the cost fit's R² {r2} is below min_fit_r2 = {fit['min_r2']:g}, so it predicts no γ that "
+                "never ran: measured round times only"
+                + (f" (no prediction for γ = {', '.join(unmeasured)})" if unmeasured else ""))
     at_k = predicted.get(str(recommended)) if recommended is not None else None
     return {
         "batch_bucket": fit["batch_bucket"],
@@ -738,18 +781,25 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
     (``position_acceptance_by_context``); T_round from the fit over c's steps in b
     (``cost_model`` with context_bucket = c) and their measured round times where that
     fit has at least MIN_CONTEXT_FIT_STEPS steps, else from b's fit over every context,
-    with a note; t0 matched on (b, c) where the baseline ran there, else on b
-    (``speedup_by_batch_context``, as the context curve matches it). Then the same
-    choice of k and the same vLLM ranges as the overall recommendation, covering the
-    deployment's batch sizes up to ``largest``.
+    with a note; t0 matched on (b, c) where the baseline has a usable t0 there (the
+    t0 guard), else on b (``speedup_by_batch_context``, as the context curve matches
+    it), with a note. Then the same choice of k and the same vLLM ranges as the overall
+    recommendation, covering the deployment's batch sizes up to ``largest``: what that
+    context would want, not a second config (vLLM takes one per deployment).
+
+    A cell with fewer than min_context_cell_rounds decode rounds ([evidence]) is too
+    thin to differ: it takes the overall k (takes_overall_k, and a note names the
+    cells), so it is never listed in differs_from_overall.
 
     Each entry: context_bucket, num_rounds (decode-only rounds in c), share_of_rounds,
     dominant (the bucket with the most of them), ranges ([[start, end, k], …]),
     differs_from_overall [{batch_bucket, k, overall_k, num_rounds}], buckets (the keys
     of ``recommend``'s buckets, plus num_rounds (decode-only rounds in the cell),
-    cost_fit "context" | "batch" and t0_match "context" | "batch" | null), notes.
+    cost_fit "context" | "batch", t0_match "context" | "batch" | null and
+    takes_overall_k), notes.
     """
     dep, max_gamma = doc["deployment_id"], doc["num_speculative_tokens"]
+    floors = evidence_floors(con)
     cells: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in _rows(con, "select * from speedup_by_batch_context where deployment_id = ? "
                         "order by context_min, bucket_min", [dep]):
@@ -768,7 +818,7 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
     for r in _rows(con, "select * from cost_model where deployment_id = ? and context_bucket is not null "
                         "order by bucket_min", [dep]):
         c, b = r["context_bucket"], r["batch_bucket"]
-        context_fits[c][b] = _fit_bucket(r, context_costs[c][b])
+        context_fits[c][b] = _fit_bucket(r, context_costs[c][b], floors["min_fit_r2"])
     batch_fits = {f["batch_bucket"]: f for f in fits}
     overall_k = {b["batch_bucket"]: b["recommended"] for b in doc["buckets"]}
     total_rounds = sum(int(cell["num_rounds"]) for by_batch in cells.values() for cell in by_batch.values())
@@ -779,7 +829,7 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
         lengths = {g: expected_length(conditionals.get(context, []), g) for g in range(max_gamma + 1)}
         entry = {"context_bucket": context, "buckets": [], "notes": []}
         notes: list[str] = entry["notes"]
-        used_fits, borrowed, batch_t0 = [], [], []
+        used_fits, borrowed, batch_t0, guarded_t0, thin = [], [], [], [], []
         for batch_bucket, cell in by_batch.items():
             own = context_fits[context].get(batch_bucket)
             if own is not None and own["n_steps"] >= MIN_CONTEXT_FIT_STEPS:
@@ -790,11 +840,18 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
                 borrowed.append(f"{batch_bucket} ({own['n_steps'] if own else 0} steps)")
             else:
                 continue
-            if cell["t0_match"] == "batch":
+            if cell["t0_match"] == "batch" and cell["context_t0_guard"] is not None:
+                guarded_t0.append(f"{batch_bucket} ({_counted(cell['context_baseline_steps'], 'step')}, "
+                                  f"{_counted(cell['context_baseline_requests'], 'request')})")
+            elif cell["t0_match"] == "batch":
                 batch_t0.append(batch_bucket)
             bucket = _predict_bucket(fit, costs, cell["t0_ms"], cell["speedup"], lengths, max_gamma)
             bucket["cost_fit"], bucket["t0_match"] = source, cell["t0_match"]
             bucket["num_rounds"] = int(cell["num_rounds"])
+            bucket["takes_overall_k"] = bucket["num_rounds"] < floors["min_context_cell_rounds"]
+            if bucket["takes_overall_k"]:
+                _take_overall_k(bucket, overall_k.get(batch_bucket), floors["min_context_cell_rounds"])
+                thin.append(f"{batch_bucket} ({bucket['num_rounds']:,} rounds)")
             entry["buckets"].append(bucket)
             used_fits.append(fit)
         if borrowed:
@@ -804,6 +861,15 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
         if batch_t0:
             notes.append(f"The baseline has no rounds at context {context} in batch {', '.join(batch_t0)}: "
                          "t0 there is the batch bucket's over every context.")
+        if guarded_t0:
+            notes.append(f"The baseline's t0 at context {context} rests on too little in batch {', '.join(guarded_t0)} "
+                         f"({_counted(floors['min_baseline_steps'], 'step')} and "
+                         f"{_counted(floors['min_baseline_requests'], 'request')} needed): t0 there is the batch "
+                         "bucket's over every context.")
+        if thin:
+            notes.append(f"Fewer than {floors['min_context_cell_rounds']:,} decode rounds (min_context_cell_rounds) at "
+                         f"context {context} in batch {', '.join(thin)}: too few to differ from the overall "
+                         "recommendation, so these take its k.")
         unknown = [g for g, e in lengths.items() if e is None]
         if unknown:
             notes.append(f"E[L](γ) at context {context} is unknown for γ ≥ {unknown[0]}: no round there "

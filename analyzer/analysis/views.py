@@ -158,18 +158,18 @@ def layer_violations(views: dict[str, View]) -> list[str]:
             if rank[views[dep].layer] > rank[view.layer]]
 
 
-# The config sections the views read as macros, and the prefix of each section's macro
-# names: [anomalies] and [evidence] keys name themselves; [intervals] replicates and seed
-# become intervals_replicates() and intervals_seed().
+# The sections of the gates TOML whose keys the views (and the recommendation, which reads
+# them back from the connection) use as SQL macros, each with the prefix of its macro
+# names: a bare ``seed()`` or ``replicates()`` would say nothing in a view.
 CONFIG_MACRO_SECTIONS = {"anomalies": "", "evidence": "", "intervals": "intervals_"}
 
 
 def config_macros_sql(config: Config | None = None) -> str:
-    """The settings the views read, as macros named like the keys of the gates TOML
-    (``stall_min_ms()``, ``min_log_intervals()``, ``intervals_replicates()``, ...). Macros
-    rather than literals in the views, so ``specan sql`` reads the defaults and ``report
-    --config`` replaces them without recreating any view; integers stay integers, the rest
-    are DOUBLE."""
+    """The thresholds the views read, as macros named like the keys of the gates TOML
+    (``stall_min_ms()``, ``min_baseline_steps()``, ``intervals_replicates()``, ...).
+    Macros rather than literals in the views, so ``specan sql`` reads the defaults and
+    ``--config`` replaces them without recreating any view; integers stay integers, the
+    rest are DOUBLE."""
     config = config or Config()
     statements = []
     for section, prefix in CONFIG_MACRO_SECTIONS.items():
@@ -179,9 +179,15 @@ def config_macros_sql(config: Config | None = None) -> str:
     return "\n".join(statements)
 
 
-def set_config_macros(con: duckdb.DuckDBPyConnection, config: Config) -> None:
-    """Replace the settings the views read (temporary macros: a report's workspace holds
-    temporary objects only)."""
+def config_macro_names() -> tuple[str, ...]:
+    """Every macro ``config_macros_sql`` creates, in its order."""
+    return tuple(f"{prefix}{f.name}" for section, prefix in CONFIG_MACRO_SECTIONS.items()
+                 for f in dataclasses.fields(getattr(Config(), section)))
+
+
+def set_config_thresholds(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """Replace the thresholds the views read with ``config``'s (temporary macros: a
+    report's workspace holds temporary objects only)."""
     con.execute(config_macros_sql(config).replace("create or replace macro", "create or replace temp macro"))
 
 

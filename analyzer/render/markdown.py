@@ -601,10 +601,10 @@ def _tuning(doc: dict) -> str:
              "Each extra draft position adds ΔE[L] = Pr(K ≥ i) tokens per round, less and less (a^i in the "
              "fixed-a model), while every position costs draft and verify time. A position pays while "
              "E[L](i)/T(i) > E[L](i−1)/T(i−1). The recommendation maximises t0 · E[L](γ) / T_round(γ) per batch "
-             "bucket; `specan recommend TRACES --deployment ID --format md` shows every γ. Each deployment's 'by context "
-             "length' table repeats the procedure within each context bucket (E[L] from that bucket's acceptance, "
-             "round cost from its steps, t0 matched on batch and context); "
-             "`specan recommend --by-context` shows its inputs.\n"]
+             "bucket; `specan recommend TRACES --deployment ID --format md` shows every γ. Each deployment's vLLM config "
+             "line is its one config. Its 'by context length' table repeats the procedure within each context "
+             "bucket (E[L] from that bucket's acceptance, round cost from its steps, t0 matched on batch and "
+             "context) and shows what each context would want; `specan recommend --by-context` shows its inputs.\n"]
     for rec in tuning["recommendations"]:
         dep = rec["deployment_id"]
         config = rec["num_speculative_tokens_per_batch_size"]

@@ -11,6 +11,11 @@ from .markdown import DASH, num, table
 BY_CONTEXT_INTRO = ("The same procedure within each context bucket (rounds.context_len): E[L](γ) from that "
                     "bucket's conditional acceptance, round cost from the fit over that bucket's steps (a step's "
                     "context is its rounds' mean) where it has enough of them, t0 matched on batch and context.\n")
+# vLLM takes one num_speculative_tokens_per_batch_size per deployment: a context's ranges
+# are shown as what it would want, never as a second config to copy
+CONTEXT_RANGES_NOTE = ("\nEach context's ranges are what that context alone would want, not a config: vLLM takes "
+                       "batch-size ranges only, one list per deployment, and this deployment's is the overall "
+                       "one. A cell with fewer decode rounds than min_context_cell_rounds takes the overall k.\n")
 
 
 def render_recommend_markdown(result: dict[str, Any]) -> str:
@@ -94,24 +99,19 @@ def speedup_at_k(bucket: dict[str, Any]) -> str:
 
 
 def by_context_markdown(result: dict[str, Any], *, detail: bool = False) -> str:
-    """The recommendation within each context bucket: its ranges, where it differs from the
-    overall one, and the vLLM line of the dominant bucket (vLLM takes batch-size ranges only).
-    With ``detail``, every (context, batch) bucket's inputs and the notes as well."""
+    """The recommendation within each context bucket: the ranges that context would want and
+    where they differ from the overall ones (the deployment's one config). With ``detail``,
+    every (context, batch) bucket's inputs and the notes as well."""
     entries = result["by_context"]
     body = [(e["context_bucket"], f"{e['share_of_rounds']:.1%}" if e["share_of_rounds"] is not None else DASH,
              json.dumps(e["ranges"]) if e["ranges"] else DASH,
              "; ".join(f"batch {d['batch_bucket']}: k = {d['k']} (overall {d['overall_k']}; {d['num_rounds']:,} rounds)"
                        for d in e["differs_from_overall"]) or "no")
             for e in entries]
-    parts = [table(["context", "decode rounds", "num_speculative_tokens_per_batch_size", "differs from overall"],
-                   body)]
+    parts = [table(["context", "decode rounds", "what this context would want", "differs from overall"], body)]
     if not any(e["differs_from_overall"] for e in entries):
         parts.append("\nEvery context bucket gives the overall answer where both have one.\n")
-    dominant = next((e for e in entries if e["dominant"]), None)
-    if dominant and dominant["ranges"]:
-        parts.append(f"\nvLLM takes batch-size ranges only, not context length. For the dominant context bucket, "
-                     f"{dominant['context_bucket']} ({dominant['share_of_rounds']:.1%} of decode rounds):\n\n"
-                     f"```\n\"num_speculative_tokens_per_batch_size\": {json.dumps(dominant['ranges'])}\n```\n")
+    parts.append(CONTEXT_RANGES_NOTE)
     if detail:
         rows = [(e["context_bucket"], b["batch_bucket"], ", ".join(map(str, b["observed_gamma"])) or DASH,
                  b["cost_fit"], b["t0_match"] or DASH, num(b["measured_speedup"]),

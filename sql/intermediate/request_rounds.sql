@@ -1,5 +1,6 @@
 -- Everything the reports need from a request's rounds, from one pass over the rounds:
--- its acceptance sums, its streaming gaps and the integrity counts of its keys.
+-- its acceptance sums, its streaming gaps, the integrity counts of its keys and the
+-- buckets its decode rounds ran in.
 -- Grain: one row per request (deployment_id, request_uid) that has at least one clean round.
 --
 -- Sums are integers summed once; ratios are formed in the views that read them.
@@ -22,6 +23,18 @@
 -- (12.7 days) and no round_idx repeats; a request outside those bounds has
 -- packed = false and its gaps come from request_gaps_unpacked, an ordered window
 -- over its rounds only.
+--
+-- Which buckets a request's decode-only rounds with a clean step ran in, as bit masks:
+-- distinct requests per bucket are not a sum over rounds, but a count of these rows
+-- (bucket_evidence). decode_batch_mask has bit p − 1 for batch bucket position p;
+-- the (batch, context) cells, batch_context_cell, are bits of decode_cell_mask_low
+-- (cells 0-62) and decode_cell_mask_high (cells 63 on, less 63). The step's bucket
+-- position is computed per step, not per round.
+--
+-- request_group: the group of requests the bootstrap intervals resample together
+-- (request_group_cells), a stable hash of the request's key (the macro request_group),
+-- computed here once per request and the same on every engine. A request without a
+-- requests row gets its group from its rounds' key by the same rule, without an arrival time.
 with per_request as (
     select
         r.deployment_id,
@@ -45,6 +58,14 @@ with per_request as (
         count(s.end_us) filter (where r.num_committed_tokens > 0) as emitting_rounds,
         min(s.end_us) filter (where r.num_committed_tokens > 0) as first_end_us,
         max(s.end_us) filter (where r.num_committed_tokens > 0) as last_end_us,
+        bit_or(cast(1 as bigint) << (s.decode_batch_position - 1)) as decode_batch_mask,
+        -- a case, not a filter: a shift by a negative count is an error even in rows a filter drops
+        bit_or(case when batch_context_cell(s.decode_batch_position, r.context_len) < 63
+            then cast(1 as bigint) << batch_context_cell(s.decode_batch_position, r.context_len) end)
+            as decode_cell_mask_low,
+        bit_or(case when batch_context_cell(s.decode_batch_position, r.context_len) >= 63
+            then cast(1 as bigint) << (batch_context_cell(s.decode_batch_position, r.context_len) - 63) end)
+            as decode_cell_mask_high,
         list_sort(list(
             case
                 -- out of range: the request is not packed, and its keys are never read
@@ -56,7 +77,13 @@ with per_request as (
             end
         )) as keys
     from rounds as r
-    left join (select step_uid, epoch_us(step_end_time(start_time, duration_ms)) as end_us from steps) as s
+    left join (
+        select
+            step_uid,
+            epoch_us(step_end_time(start_time, duration_ms)) as end_us,
+            case when num_prefill_tokens = 0 then batch_bucket_position(batch_size) end as decode_batch_position
+        from steps
+    ) as s
         on s.step_uid = r.step_uid
     group by r.deployment_id, r.request_uid
 ),
@@ -64,6 +91,7 @@ with per_request as (
 labelled as materialized (
     select
         p.*,
+        request_group(p.deployment_id, p.request_id, epoch_us(q.arrival_time)) as request_group,
         coalesce(q.category, 'unlabeled') as category,
         temperature_bucket(q.temperature) as temperature_bucket,
         coalesce(q.structured_output, false) as structured_output,
@@ -107,6 +135,7 @@ select
     temperature_bucket,
     structured_output,
     has_request,
+    request_group,
     num_rounds,
     num_spec_rounds,
     num_draft_tokens,
@@ -117,6 +146,9 @@ select
     truncated_rounds,
     truncated_tokens,
     fully_invalidated_rounds,
+    coalesce(decode_batch_mask, 0) as decode_batch_mask,
+    coalesce(decode_cell_mask_low, 0) as decode_cell_mask_low,
+    coalesce(decode_cell_mask_high, 0) as decode_cell_mask_high,
     1 + num_accepted_tokens / nullif(num_spec_rounds, 0) as accept_length,
     min_round_idx,
     max_round_idx,

@@ -23,6 +23,9 @@ select
     -- the context its rounds attend to: a step's context bucket is that of their mean
     sum(context_len) as context_tokens,
     count(context_len) as context_rounds,
+    -- the context buckets its rounds ran in, bit p − 1 for context bucket position p: a
+    -- step stands behind the t0 of every (batch, context) cell it has rounds in (bucket_evidence)
+    coalesce(bit_or(cast(1 as bigint) << (context_bucket_position(context_len) - 1)), 0) as context_mask,
     -- two step ids behind one 64-bit step_uid: a hash collision (checked at load)
     min(step_id) <> max(step_id) as step_uid_collides
 from rounds

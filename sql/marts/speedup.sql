@@ -1,7 +1,8 @@
 -- Throughput-weighted speedup against the matched baseline:
 --   speedup = Σ_b t0(b) · committed_D(b) / Σ_b time_D(b), over the decode-only
--- batch buckets both deployments cover; speedup_coverage is the share of D's
--- committed tokens those buckets hold. round_ms is over every round with a
+-- batch buckets both deployments cover where the baseline's t0 is usable (baseline_t0:
+-- enough baseline steps and requests); speedup_coverage is the share of D's committed
+-- tokens those buckets hold (speedup_uncovered lists the rest). round_ms is over every round with a
 -- clean step (prefill steps included); each part is averaged where known.
 -- Grain: one row per deployment_id.
 with covered as (
@@ -55,8 +56,9 @@ select
             then 'no speedup: the steps table is absent, so round times are unknown'
         when coalesce(r.rounds_with_step, 0) = 0 then 'no speedup: no round has a clean step'
         when c.deployment_id is null
-            then 'no speedup: no decode-only batch bucket has rounds of both this deployment and '
-                 || m.baseline_id
+            then 'no speedup: no decode-only batch bucket of this deployment has a usable t0 of '
+                 || m.baseline_id || ' (one it ran with at least ' || min_baseline_steps()
+                 || ' decode steps and ' || min_baseline_requests() || ' requests)'
     end as speedup_note
 from deployments as d
 left join matched_baseline as m on m.deployment_id = d.deployment_id

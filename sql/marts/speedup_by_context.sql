@@ -1,8 +1,8 @@
 -- Acceptance and speedup per context-length bucket (rounds.context_len; 1k = 1024),
 -- over decode-only rounds. t0 is matched on (batch bucket, context bucket) where the
--- baseline has rounds there, else on the batch bucket alone (speedup_by_batch_context);
--- t0_ms is the
--- committed-weighted t0 of the bucket, so speedup = t0_ms · tokens / time.
+-- baseline has a usable t0 there (enough steps and requests: baseline_t0), else on the
+-- batch bucket alone (speedup_by_batch_context); t0_ms is the committed-weighted t0 of
+-- the bucket, so speedup = t0_ms · tokens / time.
 -- Grain: one row per deployment_id, context_bucket.
 with cells as (
     select deployment_id, context_bucket, batch_bucket, num_rounds, num_spec_rounds, num_accepted_tokens,
