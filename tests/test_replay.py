@@ -195,11 +195,14 @@ def test_predicted_speedup_is_the_hand_formula(hand_trace):
     assert ng["measured"]["mean_accept_length"] == pytest.approx(1 + 2 / 2)
     assert ng["measured"]["speedup"] == pytest.approx((6 * (1 + 3) + 8 * 1) / (24 + 20))
     assert ng_code["measured"]["tokens_per_round"] == pytest.approx(7 / 5)
-    # The baseline itself: one replayed request is below min_baseline_requests (10), so it
-    # says not enough data instead of predicting.
+    # The baseline itself replays its 10 requests, every one the same tokens as r1: 2 tokens per
+    # round. Verification free, a round costs the baseline's own t0 (one token per round), so the
+    # upper bound is 2 · Σ t0·n / Σ t0·n = 2 exactly; ng's fit can't price a verified token (its two
+    # batch-1 steps both verified 4 tokens), so there is no priced prediction, and it says why.
     (base,) = [r for r in res["deployments"] if r["deployment_id"] == "base"]
-    assert base["predicted_speedup"] is None and base["predicted_speedup_upper_bound"] is None
-    assert base["predicted_speedup_note"] == "not enough data: 1 request replayed (min_baseline_requests 10)"
+    assert base["predicted_speedup"] is None and base["predicted_speedup_upper_bound"] == pytest.approx(2.0)
+    assert base["predicted_speedup_note"].startswith("no batch bucket can be priced: ng's round-cost fit can't "
+                                                      "price a verified token here")
     assert base["measured"] is None
     # One request is one bootstrap group: every replicate that draws it gives the point.
     assert ng["predicted_speedup_interval"] == pytest.approx([40 / 44, 40 / 44])

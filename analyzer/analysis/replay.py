@@ -35,7 +35,7 @@ Predicted speedup
 -----------------
 ``analyzer.analysis.replay_cost`` prices every row with one formula, tpr · Σ_b
 t0(b)·n(b) / Σ_b n(b)·T_round(b), and gives its 95 % interval (a bootstrap of
-the replayed requests in 64 groups). For a baseline (method none) it is what
+the replayed requests in the report's 256 request groups). For a baseline (method none) it is what
 turning the drafter on would give, with the round-cost assumption stated
 (``round_cost_statement``) and the free-verify upper bound beside; see that
 module. For a speculative deployment, with its own round-cost figures: its decode-only rounds (with a
@@ -171,7 +171,8 @@ def replay_ngram(
     tokens_replayed = requests_done = 0
     last_report = started
     rel = con.sql(f"""
-        select deployment_id, coalesce(category, 'unlabeled') as category, temperature, request_uid,
+        select deployment_id, coalesce(category, 'unlabeled') as category, temperature,
+               request_group(deployment_id, request_id, epoch_us(arrival_time)) as request_group,
                prompt_token_ids, output_token_ids
         from requests where {where} and {_HAS_IDS}""", params=params or None)
     for batch in _arrow_batches(rel, READ_ROWS):
@@ -332,7 +333,7 @@ def _replay_chunk(chunk: pa.RecordBatch, sums: dict, group_sums: dict, min_n: in
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, key in enumerate(keys):
         groups[key].append(i)
-    request_group = chunk.column("request_uid").to_numpy(zero_copy_only=False).astype(np.uint64) % GROUPS
+    request_group = chunk.column("request_group").to_numpy(zero_copy_only=False)
     per_group = np.stack([per_request["num_rounds"], per_request["num_committed_tokens"],
                           per_request["num_draft_tokens"]], axis=1).round().astype(np.int64)
     for key, members in groups.items():

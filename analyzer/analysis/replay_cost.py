@@ -36,8 +36,8 @@ time assumed in b. Rows differ only in where t0(b) and T_round(b) come from.
   round-mean batch size. The free-verify figure is always given beside
   (``predicted_speedup_upper_bound``).
 
-The interval is a Poisson bootstrap over the replayed requests in 64 groups
-(request_uid mod 64, the groups of ``request_group_cells``): each replicate weights the
+The interval is a Poisson bootstrap over the replayed requests in the 256 groups of
+``request_group_cells`` (the ``request_group`` macro): each replicate weights the
 groups' replayed rounds, committed and drafted tokens, so tpr and d̄ move; t0(b), n(b)
 and the cost model are held fixed. ``[intervals] replicates`` and ``seed`` set it.
 """
@@ -54,7 +54,8 @@ import numpy as np
 from .config import Evidence, Intervals
 from .tuning import predict_round_ms, round_cost_fits
 
-GROUPS = 64
+# the request groups of the report's bootstrap (the request_group macro, sql/macros.sql)
+GROUPS = 256
 OWN, COST_FIT, PER_TOKEN, FREE_VERIFY = "own_round_time", "cost_fit", "per_token", "free_verify"
 
 RoundTime = Callable[[np.ndarray], np.ndarray]   # drafted tokens per round -> round time, ms
