@@ -522,9 +522,9 @@ def test_order_and_shape(tmp_path):
             assert c["status"] in ("pass", "fail", "shared", "unknown")
             if c["status"] == "unknown":
                 assert c["reason"]
-    # spec's preemptions (0.25 > 0.05) block it, and so does its max stall p99, 30 ms against its
-    # baseline's 10 ms (+200%)
-    assert [c["name"] for c in blocking_checks(result, "spec")] == ["max_stall_p99_ms", "preemptions_per_request"]
+    # spec's preemptions (0.25 > 0.05) block it; its stalls (11 ms: first token at 10 ms, rounds ending
+    # at 21 and 32 ms) are shorter than its baseline's
+    assert [c["name"] for c in blocking_checks(result, "spec")] == ["preemptions_per_request"]
     assert blocking_checks(result, "zeta") == []
 
 

@@ -3,6 +3,8 @@
 import json
 
 import pytest
+
+from analyzer.analysis.precision import with_interval
 from click.testing import CliRunner
 
 from analyzer import api
@@ -67,9 +69,13 @@ def test_tpot_speedup_by_hand(tmp_path):
     assert spec["tpot_speedup"] == pytest.approx((400 / 30) / 5)
     assert spec["speedup"] is None   # no steps
     assert any("not matched on batch size" in n for n in doc["notes"])
+    # both spec requests take 5 ms/token, so any resample of them does; the baseline's take 10 and
+    # 15 ms/token, so a resample's pooled rate lies between: every replicate is in [2, 3]
+    lo, hi = spec["tpot_speedup_interval"]
+    assert 2 - 1e-12 <= lo <= spec["tpot_speedup"] <= hi <= 3 + 1e-12
     md = CliRunner().invoke(main, ["report", str(tmp_path)]).stdout
-    # (400 / 30) / 5 = 2.667: shown to 2 decimals
-    assert ("- **spec** (eagle): speedup per round unknown (no steps); by request timings it is 2.67× (faster) "
+    shown = with_interval(spec["tpot_speedup"], lo, hi, suffix="×")
+    assert (f"- **spec** (eagle): speedup per round unknown (no steps); by request timings it is {shown} (faster) "
             "per output token than its baseline (tpot_speedup, not matched on batch size).") in md
 
 

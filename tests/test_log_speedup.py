@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from analyzer.analysis.config import Config
 from analyzer.analysis.precision import with_interval
 
 from imported import run
@@ -39,6 +40,7 @@ def deployment(doc: dict, dep: str) -> dict:
 
 
 FLOOR_1 = "[evidence]\nmin_log_intervals = 1\n"
+REPLICATES = Config().intervals.replicates
 
 
 @pytest.fixture
@@ -67,8 +69,9 @@ def test_vllm_logs_speedup_by_hand(tmp_path, vllm_pair):
         "buckets": 1, "intervals": 1, "baseline_intervals": 5, "min_intervals": 1, "usable_intervals": 1,
         # B: 5 + 4 usable lines (each file's first has no start)
         # the replicates in which D's one interval weighs 0 (Poisson(1) = 0: e^-1 of them) have no speedup;
-        # 2000 · (1 − e^-1) = 1264, binomial spread ±22
-        "baseline_usable_intervals": 9, "replicates": pytest.approx(2000 * (1 - math.exp(-1)), abs=90),
+        # of the default 16,000: 16,000 · (1 − e^-1) = 10,114, binomial spread ±61 (within 4 of it)
+        "baseline_usable_intervals": 9, "replicates": pytest.approx(REPLICATES * (1 - math.exp(-1)),
+                                                                    abs=4 * math.sqrt(REPLICATES * 0.2325)),
         "left_out": {"without_start": 1, "idle": 0, "without_throughput": 0, "without_running": 0}, "note": None}
     assert doc["log_load_curve"] == [{
         "deployment_id": "mtp", "baseline_id": "plain", "batch_bucket": "1", "num_intervals": 1, "seconds": 10.0,

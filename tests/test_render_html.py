@@ -121,7 +121,7 @@ def test_every_markdown_sentence_is_on_the_page(sample_report):
 def test_gate_checks_keep_value_threshold_and_status(sample_report):
     page = _page(sample_report["html"])
     checks = next(t for t in page.tables if t[0][:3] == ["deployment", "gate", "check"])
-    assert ["eagle-fp8", "capacity", "speedup", "0.786 [0.768, 0.815]", "–", "≥ 1.000 (lower bound), coverage ≥ 50%",
+    assert ["eagle-fp8", "capacity", "speedup", "0.786 [0.769, 0.813]", "–", "≥ 1.000 (lower bound), coverage ≥ 50%",
             "FAIL", ""] in checks
     assert ["eagle-dyn-bf16", "latency", "max_stall_p99_ms", "374.1", "354.9", "≤ 250.0; ≤ baseline +25%", "SHARED",
             "the baseline misses it too (+5%, within 25%): the service level, not speculation"] in checks
