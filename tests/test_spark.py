@@ -26,8 +26,14 @@ SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces"
 
 @pytest.fixture(scope="module")
 def spark():
+    import os
+
     from analyzer.spark.session import spark_session
 
+    # Spark's default driver heap (1 GB) once ran out building a broadcast of the sample's
+    # tables while another xdist worker shared the machine; the JVM is started with 2 GB
+    # (it reads PYSPARK_SUBMIT_ARGS when it launches, so only before the first session)
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-memory 2g pyspark-shell")
     # the CLI and the API find this session (SparkSession.getActiveSession), as they would
     # inside spark-submit
     return spark_session("local[2]")
