@@ -23,9 +23,14 @@ from tracebuilder import at, deployment, round_row, write_table, write_traces, r
 
 
 
+# These tiny traces have a handful of requests: the tests of what a check compares lift the
+# [evidence] min_requests floor (test_few_requests_decide_nothing tests the floor itself).
+FEW = "[evidence]\nmin_requests = 1\n"
+
+
 def config(text: str = "") -> Config:
     import tomllib
-    return parse_config(tomllib.loads(text), source="test.toml")
+    return parse_config(tomllib.loads(text if "[evidence]" in text else FEW + text), source="test.toml")
 
 
 @pytest.fixture
@@ -40,7 +45,7 @@ def gates_of(tmp_path):
         ws = api.open_traces(root)
         try:
             assert ws.con.execute("select count(*) from rejected_rows").fetchone()[0] == 0
-            result = evaluate_gates(ws.con, cfg or Config(), evidence)
+            result = evaluate_gates(ws.con, cfg or config(), evidence)
         finally:
             ws.close()
         return {(g["deployment_id"], g["gate"]): g for g in result}
@@ -455,7 +460,7 @@ def test_capacity_speedup_and_preemptions(gates_of):
                                          "[evidence] min_requests)"),
 ])
 def test_the_speedup_decides_by_its_interval(gates_of, speedup, interval, coverage, requests, status, reason):
-    relaxed = config("[gates.capacity]\nmax_preemptions_per_request = 1")
+    relaxed = config("[evidence]\nmin_requests = 10\n[gates.capacity]\nmax_preemptions_per_request = 1")
     cap = gates_of(relaxed, evidence(speedup, interval, coverage, requests), **capacity_tables())[("spec", "capacity")]
     c = check(cap, "speedup")
     assert (c["status"], c["reason"]) == (status, reason)
@@ -515,7 +520,8 @@ def test_order_and_shape(tmp_path):
         assert set(g) == {"deployment_id", "gate", "status", "reason", "checks"}
         assert g["status"] in ("pass", "fail", "shared", "unknown")
         for c in g["checks"]:
-            extra = {"latency": {"worsening", "max_worsening"} if g["deployment_id"] != "base" else set(),
+            extra = {"latency": {"n", "baseline_n"} | ({"worsening", "max_worsening"} if g["deployment_id"] != "base"
+                                                       else set()),
                      "capacity": {"basis", "interval", "coverage", "min_coverage"} if c["name"] == "speedup"
                      else set()}.get(g["gate"], set())
             assert set(c) == {"name", "value", "threshold", "baseline_value", "status", "reason"} | extra
@@ -576,3 +582,21 @@ def test_render_gates_markdown(gates_of):
     assert "| spec | correctness |" not in text
     assert "PASS |" not in text.split("Checks that fail")[1]
     assert render_gates_markdown([]) == ""
+
+
+def test_few_requests_decide_nothing(gates_of):
+    # 5 requests a side: with the default floor (10) a p99 of 5 values is their maximum, no service
+    # level, and a failed share of 5 requests moves by 20 points per request: unknown, never blocking
+    g = gates_of(Config(), **pair_tables(gap_scale=1.5))
+    spec = g[("spec", "latency")]
+    assert [c["status"] for c in spec["checks"]] == ["unknown"] * 3
+    assert check(spec, "max_stall_p99_ms")["reason"] == "a percentile of 5 requests (10 needed, [evidence] min_requests)"
+    assert (check(spec, "max_stall_p99_ms")["n"], check(spec, "max_stall_p99_ms")["baseline_n"]) == (5, 5)
+    assert check(g[("spec", "correctness")], "failed_share")["reason"] == (
+        "a share of 5 requests (10 needed on both sides, [evidence] min_requests)")
+    assert blocking_checks(list(g.values()), "spec") == []
+    # the baseline's own checks too
+    assert {c["status"] for c in g[("base", "latency")]["checks"]} == {"unknown"}
+    # a floor of 5 lets them decide: the stall is +50%
+    g = gates_of(config("[evidence]\nmin_requests = 5"), **pair_tables(gap_scale=1.5))
+    assert check(g[("spec", "latency")], "max_stall_p99_ms")["status"] == "fail"

@@ -3,6 +3,9 @@ bootstrap intervals of the headline numbers."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from analyzer import api
@@ -191,7 +194,7 @@ def test_unknown_says_what_would_decide():
 
 def test_response_only_rests_on_the_tpot_speedup():
     d = spec("a", None, steps=False, tpot_speedup=1.25, tpot_speedup_interval=[1.18, 1.31],
-             tpot_speedup_coverage=0.97)
+             tpot_speedup_coverage=0.97, tpot_speedup_requests=600)
     _, v = decide([dict(BASE, round_ms={"mean": None}), d], [speed("a", "pass", 1.25)])
     assert (v["a"]["basis"], v["a"]["action"], v["a"]["speedup"]) == ("tpot", "ship", 1.25)
     assert v["a"]["text"] == ("Ship a as configured (num_speculative_tokens 4): 1.25× [1.18, 1.31] the output-token "
@@ -272,3 +275,73 @@ def test_the_sample_peak_hour_is_the_same_burst_everywhere(sample_report):
     hours = {d["capacity"]["peak_hour"].isoformat() for d in sample_report["doc"]["deployments"]}
     assert hours == {"2026-11-27T13:00:00"}         # the hour in UTC
     assert "Every deployment shows the same peak-hour rate: they served the same requests" in sample_report["md"]
+
+
+# --------------------------------------------------------------------------- what engines emit
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def import_pair(tmp_path, source: str, fixture: str):
+    """A speculative deployment imported from ``fixture`` and a plain baseline from vLLM
+    responses, the same model: the pair a user of response imports has."""
+    from click.testing import CliRunner
+
+    from analyzer.cli import main
+
+    traces = tmp_path / "traces"
+    for args in ([source, str(FIXTURES / fixture), "--deployment", "spec", "--method", "eagle3"],
+                 ["vllm-responses", str(FIXTURES / "vllm_responses_plain.jsonl"), "--deployment", "base",
+                  "--method", "none"]):
+        result = CliRunner().invoke(main, ["import", *args, "--model", "m", "--out", str(traces)])
+        assert result.exit_code == 0, result.output
+    return traces
+
+
+def report_json(traces, *extra):
+    from click.testing import CliRunner
+
+    from analyzer.cli import main
+
+    result = CliRunner().invoke(main, ["report", str(traces), "--format", "json", *map(str, extra)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("source, fixture", [
+    ("vllm-responses", "vllm_responses.jsonl"),
+    ("vllm-responses", "streams/chat_stream.sse"),
+    ("aiperf-records", "aiperf/profile_export.jsonl"),
+    ("llamacpp-log", "llamacpp/responses.jsonl"),
+])
+def test_response_imports_are_decided_on_their_timings(tmp_path, source, fixture):
+    traces = import_pair(tmp_path, source, fixture)
+    with api.open_traces(traces) as ws:
+        # the requests a TPOT speedup can count: more than one output token, both times known
+        (timed,) = ws.con.execute("""select count(*) from requests where deployment_id = 'spec' and
+                                     output_tokens > 1 and first_token_time is not null and
+                                     finish_time is not null""").fetchone()
+    assert 0 < timed < 10
+    doc = report_json(traces)
+    spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
+    v = next(x for x in doc["verdict"] if x["deployment_id"] == "spec")
+    assert (v["basis"], v["speedup"], v["num_requests"]) == ("tpot", spec["tpot_speedup"], timed)
+    assert spec["tpot_speedup_requests"] == timed and spec["tpot_speedup_interval"] is not None
+    # a handful of timed requests: never a decision on the speedup (latency that speculation made
+    # worse blocks only with enough requests too, so nothing here blocks either)
+    assert v["action"] == "inconclusive" and v["blocking"] == []
+    assert f"it rests on {timed:,} request" in v["text"] and "(10 needed)" in v["text"]
+    # with the floor lifted the same traces decide, on the TPOT speedup and its interval
+    floor = tmp_path / "floor.toml"
+    floor.write_text("[evidence]\nmin_requests = 1\n")
+    v = next(x for x in report_json(import_pair(tmp_path / "again", source, fixture), "--config", floor)["verdict"]
+             if x["deployment_id"] == "spec")
+    assert v["action"] in ("ship", "dont_ship") and v["basis"] == "tpot"
+
+
+@pytest.mark.parametrize("source, fixture", [("sglang-responses", "sglang_responses.jsonl"),
+                                             ("trtllm-responses", "trtllm/responses.jsonl")])
+def test_responses_without_timings_say_what_would_decide(tmp_path, source, fixture):
+    v = next(x for x in report_json(import_pair(tmp_path, source, fixture))["verdict"] if x["deployment_id"] == "spec")
+    assert (v["action"], v["basis"]) == ("unknown", None)
+    assert v["settle"] == "request timings (first_token_time, finish_time) of both spec and base would decide it"

@@ -61,11 +61,13 @@ def speedup_evidence(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if basis is not None:
             value_key, interval_key, coverage_key = _KEYS[basis]
             value, interval, coverage = d.get(value_key), d.get(interval_key), d.get(coverage_key)
-        # a logs speedup resamples log intervals, not requests
+        # a logs speedup resamples log intervals, not requests; a TPOT speedup counts the
+        # requests with both times
         by_requests = basis != "logs"
+        own = d.get("tpot_speedup_requests") if basis == "tpot" else requests.get(d["deployment_id"])
         out[d["deployment_id"]] = {
             "basis": basis, "speedup": value, "interval": interval, "coverage": coverage,
-            "num_requests": requests.get(d["deployment_id"]) if by_requests else None,
+            "num_requests": own if by_requests else None,
             "baseline_id": d.get("baseline_id"),
             "baseline_num_requests": requests.get(d.get("baseline_id")) if by_requests else None,
             "reason": None if value is not None else _why_unknown(d, basis, logged),

@@ -28,12 +28,15 @@ Result shape, one entry per (deployment, gate)::
   misses the threshold that the baseline meets. It is **shared** when it misses the
   threshold and the baseline misses it too, within the tolerance: a service-level
   problem that speculation does not cause, which does not block. Without a baseline
-  value only the threshold decides. Extra keys: ``worsening`` (value ÷ baseline − 1)
-  and ``max_worsening``.
+  value only the threshold decides. Extra keys: ``worsening`` (value ÷ baseline − 1),
+  ``max_worsening``, and the requests behind each side's percentile, ``n`` and
+  ``baseline_n``: below ``[evidence] min_requests`` on either side the check is
+  unknown (a p99 of five requests is their maximum, no service level).
 - **failed_share** (correctness, speculative deployments): requests that ended in
   ``error`` or ``abort``, as a share; it fails when it exceeds the baseline's share
   by more than ``max_failed_share_rise``, and its threshold is that limit (the
-  baseline's share plus the rise).
+  baseline's share plus the rise); unknown below ``[evidence] min_requests`` requests
+  on either side.
 - **speedup** (capacity, speculative deployments): the speedup the verdict decides
   with, on its ``basis`` (rounds, tpot or logs), with its 95 % ``interval`` and
   ``coverage``. It is unknown below ``[evidence] min_requests`` of the deployment's
@@ -173,11 +176,23 @@ def _check(name: str, value: Any, config: Config, reason: str | None, *, thresho
             "status": PASS if ok else FAIL, "reason": None}
 
 
-def _latency_check(name: str, value: Any, baseline_value: Any, config: Config, reason: str | None,
-                   baseline: bool) -> dict:
+def _latency_check(name: str, row: dict, config: Config, reason: str | None, baseline: bool) -> dict:
     """A latency check: the threshold, and for a speculative deployment its baseline's value
-    too (module docstring)."""
-    check = _check(name, value, config, reason, baseline_value=None if baseline else baseline_value)
+    too (module docstring). A percentile of fewer than ``[evidence] min_requests`` values,
+    on either side, decides nothing: the check is unknown."""
+    metric = name.split("_p")[0]
+    value, n = row[name], row[f"{metric}_n"]
+    base_value = None if baseline else row[f"baseline_{name}"]
+    base_n = None if baseline else row[f"baseline_{metric}_n"]
+    check = _check(name, value, config, reason, baseline_value=base_value)
+    check["n"], check["baseline_n"] = n, base_n
+    floor = config.evidence.min_requests
+    if check["status"] != UNKNOWN and n < floor:
+        check.update(status=UNKNOWN, reason=f"a percentile of {n:,} requests ({floor:,} needed, "
+                                            "[evidence] min_requests)")
+    elif check["status"] != UNKNOWN and base_value is not None and base_n < floor:
+        check.update(status=UNKNOWN, reason=f"the baseline's percentile rests on {base_n:,} requests ({floor:,} "
+                                            "needed, [evidence] min_requests)")
     if baseline:
         return check
     limit = config.gates.latency.worsening_limit(name)
@@ -249,13 +264,23 @@ def _correctness(row: dict, config: Config, present: _Presence, baseline: bool) 
     failed_reason = (present.requests_missing()
                      or ("no clean request of this deployment" if not row["num_requests"] else None)
                      or (f"no matched baseline ({row['baseline_note'] or 'none found'})" if base is None else None)
-                     or (f"baseline {base} has no clean request" if not row["baseline_num_requests"] else None))
+                     or (f"baseline {base} has no clean request" if not row["baseline_num_requests"] else None)
+                     or _too_few(row["num_requests"], row["baseline_num_requests"], config))
     known = failed_reason is None
     limit = (row["baseline_failed_share"] + config.gates.correctness.max_failed_share_rise) if known else \
         config.gates.correctness.max_failed_share_rise
     checks.append(_check("failed_share", row["failed_share"] if known else None, config, failed_reason,
                          threshold=limit, baseline_value=row["baseline_failed_share"] if known else None))
     return checks
+
+
+def _too_few(n: int, baseline_n: int, config: Config) -> str | None:
+    """Why a share of too few requests, on either side, decides nothing; None when both have enough."""
+    floor = config.evidence.min_requests
+    if n < floor or baseline_n < floor:
+        return (f"a share of {min(n, baseline_n):,} requests ({floor:,} needed on both sides, "
+                "[evidence] min_requests)")
+    return None
 
 
 def _quality(row: dict, config: Config, present: _Presence, baseline: bool) -> list[dict]:
@@ -285,12 +310,9 @@ def _latency(row: dict, config: Config, present: _Presence, baseline: bool) -> l
         }[metric]
 
     return [
-        _latency_check("ttft_p99_ms", row["ttft_p99_ms"], row["baseline_ttft_p99_ms"], config,
-                       why("ttft", "first_token_time"), baseline),
-        _latency_check("tpot_p95_ms", row["tpot_p95_ms"], row["baseline_tpot_p95_ms"], config,
-                       why("tpot", "first_token_time"), baseline),
-        _latency_check("max_stall_p99_ms", row["max_stall_p99_ms"], row["baseline_max_stall_p99_ms"], config,
-                       why("max_stall", None), baseline),
+        _latency_check("ttft_p99_ms", row, config, why("ttft", "first_token_time"), baseline),
+        _latency_check("tpot_p95_ms", row, config, why("tpot", "first_token_time"), baseline),
+        _latency_check("max_stall_p99_ms", row, config, why("max_stall", None), baseline),
     ]
 
 

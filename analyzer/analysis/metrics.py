@@ -65,7 +65,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         select d.deployment_id, d.model, d.method, d.num_speculative_tokens, d.target_quant, d.draft_quant,
                a.* exclude (deployment_id, method, num_speculative_tokens),
                s.* exclude (deployment_id),
-               t.tpot_speedup
+               t.tpot_speedup, t.tpot_speedup_coverage, t.num_requests as tpot_speedup_requests
         from deployments as d
         join accept_length as a using (deployment_id)
         join speedup as s using (deployment_id)
@@ -127,6 +127,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "uncovered_buckets": uncovered.get(dep, []),
             "tpot_speedup": d["tpot_speedup"],
             "tpot_speedup_interval": _interval(intervals_95.get(dep), "tpot_speedup"),
+            # the share of its output tokens (after the first) in the requests tpot_speedup counts
+            "tpot_speedup_coverage": d["tpot_speedup_coverage"],
+            "tpot_speedup_requests": d["tpot_speedup_requests"],
             # from engine logs alone (basis: logs; views log_speedup, log_speedup_intervals)
             **_log_speedup(log_speedups.get(dep), log_intervals_95.get(dep), min_log_intervals),
             "prefill_round_share": d["prefill_round_share"],

@@ -86,6 +86,9 @@ select
     coalesce(l.ttft_n, 0) as ttft_n,
     coalesce(l.tpot_n, 0) as tpot_n,
     coalesce(l.max_stall_n, 0) as max_stall_n,
+    coalesce(bl.ttft_n, 0) as baseline_ttft_n,
+    coalesce(bl.tpot_n, 0) as baseline_tpot_n,
+    coalesce(bl.max_stall_n, 0) as baseline_max_stall_n,
     s.speedup,
     s.speedup_note,
     c.preemptions_per_request

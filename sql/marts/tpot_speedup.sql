@@ -2,16 +2,27 @@
 -- tpot_speedup = [Σ_B (finish − first token) / Σ_B (output_tokens − 1)]
 --              / [Σ_D (finish − first token) / Σ_D (output_tokens − 1)],
 -- over requests with output_tokens > 1 and both times. It is not matched on batch
--- size: the load of D and its baseline B may differ.
+-- size: the load of D and its baseline B may differ. tpot_speedup_coverage is the share
+-- of D's output tokens after the first (Σ output_tokens − 1 over its requests with more
+-- than one) in the requests it counts: the verdict decides on it only with enough.
 -- Grain: one row per deployment_id.
 with per_token as (
     select
         deployment_id,
-        sum(date_diff('microsecond', first_token_time, finish_time)) / 1000.0 / sum(output_tokens - 1)
-            as tpot_ms,
-        count(*) as num_requests
-    from requests
-    where output_tokens > 1 and first_token_time is not null and finish_time is not null
+        sum(date_diff('microsecond', first_token_time, finish_time)) filter (where timed) / 1000.0
+            / sum(output_tokens - 1) filter (where timed) as tpot_ms,
+        count(*) filter (where timed) as num_requests,
+        sum(output_tokens - 1) filter (where timed) / sum(output_tokens - 1) as timed_token_share
+    from (
+        select
+            deployment_id,
+            first_token_time,
+            finish_time,
+            output_tokens,
+            first_token_time is not null and finish_time is not null as timed
+        from requests
+        where output_tokens > 1
+    )
     group by deployment_id
 )
 
@@ -21,6 +32,7 @@ select
     d.tpot_ms,
     b.tpot_ms as baseline_tpot_ms,
     b.tpot_ms / nullif(d.tpot_ms, 0) as tpot_speedup,
+    case when b.tpot_ms / nullif(d.tpot_ms, 0) is not null then d.timed_token_share end as tpot_speedup_coverage,
     coalesce(d.num_requests, 0) as num_requests
 from matched_baseline as m
 left join per_token as d on d.deployment_id = m.deployment_id
