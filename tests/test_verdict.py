@@ -331,6 +331,7 @@ def test_response_imports_are_decided_on_their_timings(tmp_path, source, fixture
     # worse blocks only with enough requests too, so nothing here blocks either)
     assert v["action"] == "inconclusive" and v["blocking"] == []
     assert f"it rests on {timed:,} request" in v["text"] and "(10 needed)" in v["text"]
+    assert v["settle"] == f"at least 10 of its requests (it has {timed}) would settle it"
     # with the floor lifted the same traces decide, on the TPOT speedup and its interval
     floor = tmp_path / "floor.toml"
     floor.write_text("[evidence]\nmin_requests = 1\n")

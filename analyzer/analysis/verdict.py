@@ -56,7 +56,6 @@ CHECK_LABELS: dict[str, tuple[str, str]] = {
     "preemptions_per_request": ("preemptions per request", "3"),
 }
 AT_LEAST_CHECKS = {"match_rate", "speedup"}
-ENTRY_KEYS = ("gate", "check", "value", "threshold", "baseline_value")
 # Beyond this many times the requests, "collect more" is no advice: the speedup sits at min_speedup.
 MAX_SETTLE_FACTOR = 100
 
@@ -121,6 +120,7 @@ def _config(ranges: list[list[int]]) -> str:
 
 
 def _entry(check: dict[str, Any]) -> dict[str, Any]:
+    """A check as the verdict's blocking and shared lists carry it."""
     return {"gate": check["gate"], "check": check["name"], "value": check["value"],
             "threshold": check["threshold"], "baseline_value": check.get("baseline_value")}
 
@@ -159,10 +159,12 @@ def _undecided(ev: dict[str, Any], config: Config) -> str:
     return f"the interval includes {gate.min_speedup:g}, so the data can't tell whether it pays"
 
 
-def _settle(ev: dict[str, Any], check: dict[str, Any], d: dict[str, Any], config: Config) -> str:
+def _settle(ev: dict[str, Any], d: dict[str, Any], config: Config) -> str:
     """What would settle an inconclusive speedup: more requests, or a baseline where it ran."""
-    gate = config.gates.capacity
+    gate, floor = config.gates.capacity, config.evidence.min_requests
     coverage, interval = ev.get("coverage"), ev.get("interval")
+    if ev.get("num_requests") is not None and ev["num_requests"] < floor:
+        return f"at least {floor:,} of its requests (it has {ev['num_requests']:,}) would settle it"
     if interval and interval[0] > gate.min_speedup and (coverage is None or coverage < gate.min_speedup_coverage):
         missing = [u for u in d.get("uncovered_buckets") or [] if u.get("committed_share")]
         if ev["basis"] == "rounds" and missing:
@@ -266,7 +268,7 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
         text = f"No verdict for {dep}: its speedup is unknown ({ev['reason']}); {settle}."
     elif speed is not None and speed["status"] == UNKNOWN:
         action = "inconclusive"
-        settle = _settle(ev, speed, d, config)
+        settle = _settle(ev, d, config)
         text = (f"Not enough data to decide {dep}: {gain_text(ev)}; {_undecided(ev, config)}. "
                 f"{settle[0].upper()}{settle[1:]}.")
     elif ranges and all(k == 0 for _, _, k in ranges):
