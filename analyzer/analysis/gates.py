@@ -40,15 +40,17 @@ Result shape, one entry per (deployment, gate)::
 - **speedup** (capacity, speculative deployments): the speedup the verdict decides
   with, on its ``basis`` (rounds, tpot or logs), with its 95 % ``interval`` and
   ``coverage``. It is unknown below ``[evidence] min_requests`` of the deployment's
-  requests (a bootstrap over a handful of requests says nothing). It fails when the interval's upper bound is below ``min_speedup``;
-  passes when the lower bound is above it and the coverage is at least
+  requests (a bootstrap over a handful of requests says nothing). It fails when the
+  interval's upper bound is below ``min_speedup``; passes when the lower bound is
+  above it and the coverage is at least
   ``min_speedup_coverage``; is unknown otherwise (the data can't tell, or covers too
   little), with the reason.
 - A gate fails when any check fails; else it is unknown when any check is unknown;
   else shared when any check is shared; it passes only when every check passes:
   unknown is never reported as pass.
 - ``reason`` (check) says why an unknown or shared check is so, and why a latency
-  check compared with its baseline fails; null otherwise. ``reason`` (gate) joins the reasons of its unknown checks, or is null.
+  check compared with its baseline fails; null otherwise. ``reason`` (gate) joins
+  the reasons of its unknown checks, or is null.
 - Order: deployments by id; gates correctness, quality, latency, capacity. A
   baseline (method ``none``) gets only latency and capacity, each check against its
   threshold alone, and its capacity gate has no speedup check. A baseline's failed
