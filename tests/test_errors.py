@@ -98,7 +98,8 @@ def test_a_gate_failure_stays_exit_1_and_is_not_an_error(tiny, tmp_path):
     strict = run("validate", tiny, "--strict")
     assert strict.exit_code == 0
     config = tmp_path / "gates.toml"
-    config.write_text("[gates.latency]\nttft_p99_ms = 0.001\n")
+    # a TTFT p99 above 0.001 ms blocks (the tiny trace's few requests count, with the floor at 1)
+    config.write_text("[gates.latency]\nttft_p99_ms = 0.001\n[evidence]\nmin_requests = 1\n")
     result = run("report", tiny, "--config", config, "--check")
     assert result.exit_code == 1 and result.stderr == ""
 
