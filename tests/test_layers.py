@@ -90,3 +90,38 @@ def test_the_cli_is_a_thin_layer_over_the_api():
     # (and analyzer.nightly, the scheduled run built on it)
     reached = {m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in imports(PACKAGE / "cli.py")}
     assert reached <= {"analyzer.api", "analyzer.nightly", "analyzer.errors"}, reached
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module of the package and the modules of the package it imports (at the top
+    or inside a function: either is a dependency a reader has to follow)."""
+    paths = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    return {name: {m for m in imports(path) if m in paths and m != name} for name, path in paths.items()}
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    from graphlib import CycleError, TopologicalSorter
+
+    try:
+        list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        return exc.args[1]
+    return None
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    # render/markdown once imported render/gates (and quant, recommend) inside functions,
+    # and they imported markdown's number helpers: those live in render/cells now
+    assert import_cycle(module_graph()) is None
+
+
+def test_the_cycle_check_catches_a_circle_through_a_function_level_import(tmp_path, monkeypatch):
+    fake = tmp_path / "analyzer"
+    (fake / "render").mkdir(parents=True)
+    for d in (fake, fake / "render"):
+        (d / "__init__.py").write_text("")
+    (fake / "render" / "gates.py").write_text("from .markdown import table\n")
+    (fake / "render" / "markdown.py").write_text("def f():\n    from .gates import g\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", fake)
+    cycle = import_cycle(module_graph())
+    assert cycle is not None and set(cycle) == {"analyzer.render.gates", "analyzer.render.markdown"}

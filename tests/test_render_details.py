@@ -19,7 +19,7 @@ from analyzer import api
 from analyzer.analysis import quant
 from analyzer.cli import main
 from analyzer.render import markdown
-from analyzer.render.markdown import DASH, num, pct, shown_ratio, table, times
+from analyzer.render.cells import DASH, num, pct, shown_ratio, table, times
 from analyzer.render.replay import move_timing_to_stderr, render_markdown, timing_lines
 from test_replay import hand_trace  # noqa: F401  (the fixture)
 from tracebuilder import at, write_traces

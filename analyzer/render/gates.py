@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.gates import AT_LEAST, AT_MOST, CHECKS, GATES, PASS
-from .markdown import DASH, num, pct, table
+from .cells import DASH, num, pct, table
 
 
 def check_value(name: str, value: Any) -> str:

@@ -28,7 +28,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..analysis import buckets
 from . import markdown, md_blocks
-from .markdown import DASH
+from .cells import DASH
 from .regressions import flag_line, status_lines
 
 # The charts' style, applied around each chart only (matplotlib.rc_context): importing

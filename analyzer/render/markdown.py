@@ -5,71 +5,21 @@ Numbers are rounded here, for display only; the JSON keeps full precision.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from ..analysis import history
 from ..analysis.buckets import labels
 from ..analysis.precision import with_interval
+from .cells import DASH, cell, is_missing, num, pct, shown_ratio, table, times
+from .gates import render_gates_markdown
+from .quant import render_quant_markdown
+from .recommend import by_context_markdown, speedup_at_k
 from .regressions import flag_line, status_lines
 
-DASH = "–"
-
-
 BATCH_BUCKETS = labels("batch")
-
-
-def is_missing(value: Any) -> bool:
-    """None, NaN or ±inf: a value the JSON writes as null, shown as the dash."""
-    return value is None or (isinstance(value, float) and not math.isfinite(value))
-
-
-def num(value: Any, digits: int = 3) -> str:
-    if is_missing(value):
-        return DASH
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:,.{digits}f}"
-
-
-def pct(value: Any, digits: int = 1) -> str:
-    return DASH if is_missing(value) else f"{value:.{digits}%}"
-
-
-def times(value: Any) -> str:
-    return DASH if is_missing(value) else f"{value:.3f}×"
-
-
-def shown_ratio(value: float) -> tuple[str, str]:
-    """A throughput ratio as shown, and the word that fits what is shown: ``faster``,
-    ``slower`` or ``no faster``. Two decimals, or three when two would show 1.00, so
-    0.9962 is "0.996" (slower), not "1.00" (slower); a ratio that shows 1.000 is
-    "no faster"."""
-    shown = f"{value:.2f}"
-    if float(shown) == 1:
-        shown = f"{value:.3f}"
-    shown_value = float(shown)
-    word = "faster" if shown_value > 1 else "slower" if shown_value < 1 else "no faster"
-    return shown, word
-
-
-def cell(value: Any) -> str:
-    """A Markdown table cell: ``|`` escaped, line breaks as spaces, and ``&`` and ``<`` as
-    entities, so a value can neither end its cell nor its row, nor open an HTML tag
-    (``>`` alone cannot, and stays readable: the temperature bucket ">1")."""
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;")
-    return " ".join(text.replace("|", "\\|").splitlines())
-
-
-def table(headers: Sequence[str], body: Iterable[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in body]
-    return "\n".join(lines) + "\n"
 
 
 def _by_deployment(items: list[dict]) -> dict[str, list[dict]]:
@@ -591,7 +541,6 @@ def _temperature(doc: dict) -> str:
 
 
 def _tuning(doc: dict) -> str:
-    from .recommend import by_context_markdown, speedup_at_k
 
     tuning = doc.get("tuning")
     if not tuning or not tuning["recommendations"]:
@@ -709,7 +658,6 @@ def _log_speedup(doc: dict) -> str:
 
 
 def _quantization(doc: dict) -> str:
-    from .quant import render_quant_markdown
 
     return render_quant_markdown(doc["quantization"]) if doc.get("quantization") else ""
 
@@ -777,8 +725,6 @@ def _anomalies(doc: dict) -> str:
 
 
 def _gates(doc: dict) -> str:
-    from .gates import render_gates_markdown
-
     return render_gates_markdown(doc.get("gates", []))
 
 

@@ -34,7 +34,7 @@ class Block:
 
 
 def unescape_cell(text: str) -> str:
-    """Undo markdown.cell: ``\\|`` and the entities it writes for ``<`` and ``&``."""
+    """Undo cells.cell: ``\\|`` and the entities it writes for ``<`` and ``&``."""
     return text.replace("\\|", "|").replace("&lt;", "<").replace("&amp;", "&")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .markdown import DASH, num, pct, table, times
+from .cells import DASH, num, pct, table, times
 
 
 def render_quant_markdown(result: dict[str, Any]) -> str:

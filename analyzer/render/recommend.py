@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .markdown import DASH, num, table
+from .cells import DASH, num, table
 
 
 BY_CONTEXT_INTRO = ("The same procedure within each context bucket (rounds.context_len): E[L](γ) from that "

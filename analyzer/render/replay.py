@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any, TextIO
 
 from ..analysis.precision import with_interval
-from .markdown import DASH, num, pct, table, times
+from .cells import DASH, num, pct, table, times
 
 
 def render_markdown(results: list[dict[str, Any]]) -> str:
