@@ -4,8 +4,12 @@ Everything the CLI does goes through these functions, so a notebook can do the
 same thing without click:
 
     >>> from analyzer import api
-    >>> ws = api.open_traces("sample_traces/")
-    >>> ws.con.sql("select * from accept_length").pl()
+    >>> with api.open_traces("sample_traces/") as ws:
+    ...     accept = ws.frame("select deployment_id, method from accept_length order by deployment_id")
+    >>> accept.rows()[:3]
+    [('base-bf16', 'none'), ('base-fp8', 'none'), ('eagle-bf16', 'eagle')]
+
+(The examples in docstrings run from the repository root: tests/test_docstrings.py.)
 """
 
 from __future__ import annotations

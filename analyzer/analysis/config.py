@@ -1,9 +1,10 @@
 """The ``--config FILE`` of ``specan report`` and ``specan nightly`` (docs/commands.md, "Gates").
 
-    >>> from analyzer.config import load_config
-    >>> config = load_config("gates.toml")     # or load_config(None) for the defaults
-    >>> config.gates.latency.ttft_p99_ms
+    >>> from analyzer.analysis.config import load_config, parse_config
+    >>> load_config(None).gates.latency.ttft_p99_ms     # None: the defaults; else a TOML file's path
     2000.0
+    >>> parse_config({"gates": {"latency": {"ttft_p99_ms": 1500}}}).gates.latency.ttft_p99_ms
+    1500.0
 
 A file may set any subset of the keys; the rest keep their defaults. An unknown
 section or key, a value of the wrong type and a file that is not TOML raise

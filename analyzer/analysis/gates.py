@@ -4,8 +4,12 @@ capacity (docs/commands.md, "Gates").
     >>> from analyzer import api
     >>> from analyzer.analysis.config import load_config
     >>> from analyzer.analysis.gates import evaluate_gates, blocking_checks
-    >>> ws = api.open_traces("sample_traces/")
-    >>> results = evaluate_gates(ws.con, load_config(None))
+    >>> with api.open_traces("sample_traces/") as ws:
+    ...     results = evaluate_gates(ws.con, load_config(None))
+    >>> sorted({g["gate"] for g in results})
+    ['capacity', 'correctness', 'latency', 'quality']
+    >>> [(c["gate"], c["name"]) for c in blocking_checks(results, "eagle-bf16")]
+    [('latency', 'max_stall_p99_ms')]
 
 The values come from the view ``gate_inputs`` (sql/marts/gate_inputs.sql) and, for
 the capacity gate's speedup, from the speedup the verdict decides with
