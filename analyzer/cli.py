@@ -143,8 +143,9 @@ def _repeat_n_option(f):
 
 def _by_option(f):
     return click.option("--by", "by", multiple=True, metavar="COLUMN",
-                        help="Slice by this requests column (repeatable): any column, an extra one kept "
-                             "from the input too; a null value is a slice of its own. DuckDB engine only.")(f)
+                        help="Slice by this requests column (repeatable): a label such as category, a partition "
+                             "such as date, or an extra one kept from the input; not a request's ids, times, "
+                             "token ids or counts. A null value is a slice of its own. DuckDB engine only.")(f)
 
 
 def _progress(flag: bool | None) -> Progress:

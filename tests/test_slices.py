@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from analyzer import api
 from analyzer.cli import main
-from tracebuilder import deployment, lift_floors, no_floors_config, request, round_row, step, write_traces
+from tracebuilder import (deployment, lift_floors, no_floors_config, request, round_row, step, write_table,
+                          write_traces)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -238,14 +239,57 @@ def test_load_by_writes_a_database_keyed_by_the_column(traces, tmp_path):
     assert got == [("eu", 2), ("us", 2), (None, 1)]
 
 
-def test_unknown_column_is_a_usage_error_naming_the_columns(traces):
+# The fixture's requests columns a person slices by, in the table's order: the trace
+# format's labels and settings, then the extra columns (the ids, times, token ids,
+# counts and quality_score are not offered).
+SLICEABLE = "category, finish_reason, structured_output, temperature, matches_reference, region, tenant"
+
+
+def test_unknown_column_is_a_usage_error_naming_the_columns_to_slice_by(traces):
     result = run("report", traces, "--by", "tenant", "--by", "tenent")
     assert result.exit_code == 2
-    assert result.output == (
-        "Error: unknown --by column 'tenent': the requests columns are deployment_id, request_id, category, "
-        "arrival_time, first_token_time, finish_time, prompt_tokens, output_tokens, finish_reason, "
-        "structured_output, temperature, num_preemptions, prompt_token_ids, output_token_ids, quality_score, "
-        "matches_reference, region, tenant, request_uid\n")
+    assert result.output == (f"Error: unknown --by column 'tenent': the requests columns to slice by are {SLICEABLE}\n")
+
+
+@pytest.mark.parametrize("column, why", [
+    ("request_uid", "a link key specan adds: one slice per request"),
+    ("request_id", "the request's key: one slice per request"),
+    ("deployment_id", "every slice is within a deployment already"),
+    ("arrival_time", "a time: one slice per request"),
+    ("output_tokens", "a count measured per request"),
+    ("prompt_token_ids", "token ids"),
+])
+def test_a_column_nobody_slices_by_is_refused_naming_the_ones_to_slice_by(traces, column, why):
+    result = run("report", traces, "--by", column)
+    assert result.exit_code == 2
+    assert result.output == (f"Error: --by {column}: not a column to slice by ({why}); "
+                             f"the requests columns to slice by are {SLICEABLE}\n")
+
+
+def test_extra_columns_are_offered_by_type_and_partitions_are_offered(tmp_path):
+    # an extra list column and an extra timestamp are not labels; an extra number, an extra
+    # text and the date= partition are
+    at_noon = request("a", "r1")["arrival_time"]
+    write_traces(tmp_path, deployments=[deployment("a")])
+    write_table(tmp_path, "requests", {
+        "date=2026-11-27": [request("a", "r1", tags=[1, 2], seen_at=at_noon, shard=3, team="x")],
+        "date=2026-11-28": [request("a", "r1", tags=[3], seen_at=at_noon, shard=4, team="y")]})
+    write_table(tmp_path, "rounds", {"date=2026-11-27": [round_row("a", "r1", 0, 4, 3)],
+                                     "date=2026-11-28": [round_row("a", "r1", 0, 4, 1)]})
+    offered = ("category, finish_reason, structured_output, temperature, matches_reference, tags, seen_at, shard, "
+               "team, date")
+    for column, why in (("tags", "it holds lists or nested values"), ("seen_at", "a time: one slice per request")):
+        result = run("report", tmp_path, "--by", column)
+        assert (result.exit_code, result.output) == (
+            2, f"Error: --by {column}: not a column to slice by ({why}); the requests columns to slice by are "
+               f"{offered.replace('tags, seen_at, ', '')}\n")
+    result = run("report", tmp_path, "--by", "date", "--by", "shard", "--format", "json")
+    assert result.exit_code == 0, result.output
+    slices = {s["column"]: [(r["value"], r["num_requests"], r["mean_accept_length"]) for r in s["rows"]]
+              for s in json.loads(result.output)["slices"]}
+    # one request per date (the ids restart): accept length 1 + 3 and 1 + 1
+    assert slices == {"date": [("2026-11-27", 1, 4.0), ("2026-11-28", 1, 2.0)],
+                      "shard": [("3", 1, 4.0), ("4", 1, 2.0)]}
 
 
 def test_a_column_is_matched_regardless_of_case_and_named_once(traces):

@@ -1,4 +1,5 @@
-"""Slices of the report by any requests column (``report --by COLUMN``, docs/metrics.md).
+"""Slices of the report by a requests column that labels the traffic (``report --by COLUMN``,
+docs/metrics.md; ``NOT_SLICED`` says which columns are not offered).
 
 The user names the columns, so they cannot be a view in ``sql/``: this module turns
 them into two relations that the slice views (``slice_requests`` → ``slice_metrics``)
@@ -19,35 +20,76 @@ from typing import Any
 import duckdb
 
 from ..errors import InputProblem
-from ..ingest.rules import q
+from ..ingest.rules import DERIVED_COLUMNS, q
 
 SLICE_KEYS = ("deployment_id", "value", "num_requests", "mean_accept_length", "acceptance_rate",
               "tokens_per_round", "speedup", "repeat_ratio", "repeat_accept_correlation")
 
 
 class UnknownSliceColumn(InputProblem):
-    """A --by column that the requests table does not have (exit 2)."""
+    """A --by column that the requests table does not have, or one nobody slices by (exit 2)."""
 
 
-def requests_columns(con: duckdb.DuckDBPyConnection) -> list[str]:
+# The requests columns a slice by would say nothing about the traffic: each request has
+# a value of its own (its identity, its times, its token ids), the value is a measurement of the
+# request rather than a label of it, or the deployment, which every slice is within.
+NOT_SLICED = {
+    "deployment_id": "every slice is within a deployment already",
+    "request_id": "the request's key: one slice per request",
+    "arrival_time": "a time: one slice per request",
+    "first_token_time": "a time: one slice per request",
+    "finish_time": "a time: one slice per request",
+    "prompt_tokens": "a count measured per request (the context curve groups by context length)",
+    "output_tokens": "a count measured per request",
+    "num_preemptions": "a count measured per request",
+    "quality_score": "a score measured per request",
+    "prompt_token_ids": "token ids",
+    "output_token_ids": "token ids",
+    **{c: "a link key specan adds: one slice per request" for c in DERIVED_COLUMNS},
+}
+
+
+def requests_columns(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """The clean requests table's columns and their DuckDB types, in table order."""
     try:
-        return [d[0] for d in con.execute("select * from requests limit 0").description]
+        return [(name, typ) for name, typ, *_ in con.execute("describe requests").fetchall()]
     except duckdb.CatalogException:
         return []
+
+
+def why_not_sliced(column: str, duckdb_type: str) -> str | None:
+    """Why a slice by this requests column would say nothing, or None when it is a label.
+    An extra column is judged by its type: a list or a nested value holds many values,
+    a timestamp is one per request."""
+    if column in NOT_SLICED:
+        return NOT_SLICED[column]
+    if "[" in duckdb_type or duckdb_type.startswith(("STRUCT", "MAP", "UNION")):
+        return "it holds lists or nested values"
+    if duckdb_type.startswith("TIMESTAMP"):
+        return "a time: one slice per request"
+    return None
 
 
 def resolve_columns(con: duckdb.DuckDBPyConnection, by: Sequence[str]) -> tuple[str, ...]:
     """The requests columns named by ``by``, spelled as the table spells them, each once.
 
-    DuckDB matches identifiers regardless of case, so ``--by Tenant`` finds ``tenant``."""
+    DuckDB matches identifiers regardless of case, so ``--by Tenant`` finds ``tenant``.
+    A column the table lacks, or one of ``NOT_SLICED`` (by name or type), is an
+    UnknownSliceColumn naming the columns it can slice by."""
     existing = requests_columns(con)
-    spelled = {c.lower(): c for c in existing}
+    spelled = {c.lower(): (c, typ) for c, typ in existing}
+    sliceable = [c for c, typ in existing if why_not_sliced(c, typ) is None]
+    listed = ", ".join(sliceable) if existing else "none (there is no requests table)"
     columns: list[str] = []
     for name in by:
-        column = spelled.get(name.lower())
-        if column is None:
-            listed = ", ".join(existing) if existing else "none (there is no requests table)"
-            raise UnknownSliceColumn(f"unknown --by column {name!r}: the requests columns are {listed}")
+        found = spelled.get(name.lower())
+        if found is None:
+            raise UnknownSliceColumn(f"unknown --by column {name!r}: the requests columns to slice by are {listed}")
+        column, typ = found
+        why = why_not_sliced(column, typ)
+        if why is not None:
+            raise UnknownSliceColumn(f"--by {column}: not a column to slice by ({why}); "
+                                     f"the requests columns to slice by are {listed}")
         if column not in columns:
             columns.append(column)
     return tuple(columns)
