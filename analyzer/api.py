@@ -24,6 +24,7 @@ from pathlib import Path
 import duckdb
 
 from .errors import EnvironmentProblem, InputProblem
+from .outputs import check_output, write_output  # noqa: F401  re-exported for the CLI and nightly
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_rounds, load_traces,
                           read_summary)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
@@ -313,8 +314,7 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
     storage format ``STORAGE_COMPATIBILITY``, so older DuckDB CLIs open it.
     With ``by``, its ``slice_metrics`` view is keyed by those requests columns."""
     db = Path(db)
-    if not db.parent.is_dir():
-        raise EnvironmentProblem(f"cannot write {db}: the folder {db.parent} does not exist")
+    check_output(db)
     check_memory_limit(memory_limit)
     partial = db.with_name(db.name + ".partial")
     for leftover in (partial, Path(str(partial) + ".wal")):
@@ -412,43 +412,6 @@ def report_format(fmt: str | None, output: str | Path | None) -> str:
     if fmt is not None:
         return fmt
     return FORMAT_OF_EXTENSION.get(Path(output).suffix.lower(), "md") if output is not None else "md"
-
-
-def check_output(path: str | Path) -> None:
-    """Refuse an output file that can't be written, before any analysis runs: its folder
-    must exist and be writable, and the path must not be a folder."""
-    path = Path(path)
-    folder = path.parent
-    if path.is_dir():
-        raise EnvironmentProblem(f"cannot write {path}: it is a folder")
-    if not folder.is_dir():
-        raise EnvironmentProblem(f"cannot write {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise EnvironmentProblem(f"cannot write {path}: permission denied")
-
-
-def write_output(path: str | Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a reader
-    never sees half a report, and a failed write leaves the old file as it was."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def render_report(doc: dict, fmt: str) -> str:

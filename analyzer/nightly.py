@@ -1,7 +1,8 @@
 """The scheduled report: one date's partitions, dated outputs, history and regression flags.
 
 ``run_nightly`` reads only the ``date=D`` partitions, writes
-``OUT/D/report.{md,json,html}``, compares D's headline metrics with up to
+``OUT/D/report.{md,json,html}`` (each checked before the analysis runs, written
+aside and renamed), compares D's headline metrics with up to
 ``window_days`` earlier dates in ``OUT/history.parquet`` that were not flagged
 themselves (``history.check_regressions``: past the threshold and the window's
 robust spread, only with ``min_history_dates`` earlier dates, and from
@@ -25,9 +26,11 @@ from pathlib import Path
 from . import api
 from .analysis import history
 from .analysis.config import Config, load_config
-from .errors import InputProblem
+from .errors import EnvironmentProblem, InputProblem
 from .ingest.load import Progress
 from .render.regressions import flag_line, status_lines
+
+REPORT_FORMATS = ("md", "json", "html")
 
 
 @dataclass
@@ -59,6 +62,12 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
     day = parse_date(date)
     config = config or load_config(None)
     out = Path(out)
+    history_path = out / "history.parquet"
+    day_dir = out / day.isoformat()
+    reports = {fmt: day_dir / f"report.{fmt}" for fmt in REPORT_FORMATS}
+    # Before the analysis: a run that can't write its outputs says so at once, not at the end.
+    for path in (*reports.values(), history_path, history.lock_path(history_path)):
+        api.check_output(path, folders_created=True)
     ws = api.open_traces(traces, date=day.isoformat(), memory_limit=memory_limit, progress=progress,
                          temp_dir=temp_dir)
     try:
@@ -66,10 +75,8 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
     finally:
         ws.close()
 
-    history_path = out / "history.parquet"
     today = history.history_rows(doc, day)
     doc["date"] = day.isoformat()
-    day_dir = out / day.isoformat()
     if progress:
         progress(f"locking {history.lock_path(history_path)}")
     # Held from the read to the rename: another run's rename in between would be overwritten.
@@ -81,13 +88,16 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
 
         if progress:
             progress(f"writing {day_dir}")
-        day_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            day_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot create {day_dir}: {exc.strerror or exc}") from None
         for fmt in ("md", "json"):
-            (day_dir / f"report.{fmt}").write_text(api.render_report(doc, fmt), encoding="utf-8")
-        from .render import html
+            api.write_output(reports[fmt], api.render_report(doc, fmt))
+        from .render import html    # matplotlib: imported only by the runs that draw
 
-        (day_dir / "report.html").write_text(
-            html.render(doc, history=combined, title=f"specan nightly {day.isoformat()}"), encoding="utf-8")
+        api.write_output(reports["html"], html.render(doc, history=combined,
+                                                      title=f"specan nightly {day.isoformat()}"))
         history.write_atomic(history_path, combined)
     return NightlyResult(day, day_dir, doc["regressions"], api.gates_failed(doc), doc["regression_check"],
                          status_lines(doc["regression_check"], doc["regressions"]),

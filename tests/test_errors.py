@@ -54,13 +54,42 @@ def test_load_into_a_missing_folder_exits_3(tiny):
     assert one_line(result) == "Error: cannot write /nonexistent/x.duckdb: the folder /nonexistent does not exist"
 
 
-def test_nightly_out_that_cannot_be_created_exits_3(tmp_path):
+def test_nightly_out_that_cannot_be_created_exits_3_before_the_analysis(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    result = run("nightly", SAMPLE, "--date", "2026-11-28", "--out", blocker / "specan")
+    # the traces do not exist: had the analysis run first, this would be exit 2 for them
+    result = run("nightly", tmp_path / "no-traces", "--date", "2026-11-28", "--out", blocker / "specan")
     assert result.exit_code == 3
-    assert one_line(result) == f"Error: cannot access {blocker / 'specan'}: Not a directory"
-    assert not (tmp_path / "history.parquet").exists()
+    assert one_line(result) == (f"Error: cannot write {blocker / 'specan' / '2026-11-28' / 'report.md'}: "
+                                f"{blocker} is not a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_nightly_day_report_that_is_a_folder_exits_3_before_the_analysis(tmp_path):
+    (tmp_path / "out" / "2026-11-28" / "report.json").mkdir(parents=True)
+    result = run("nightly", tmp_path / "no-traces", "--date", "2026-11-28", "--out", tmp_path / "out")
+    assert result.exit_code == 3
+    assert one_line(result) == f"Error: cannot write {tmp_path / 'out' / '2026-11-28' / 'report.json'}: it is a folder"
+    # nothing was written: no lock, no history, no other report
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["2026-11-28"]
+    assert sorted(p.name for p in (tmp_path / "out" / "2026-11-28").iterdir()) == ["report.json"]
+
+
+def test_nightly_history_that_is_a_folder_exits_3_before_the_analysis(tmp_path):
+    (tmp_path / "out" / "history.parquet").mkdir(parents=True)
+    result = run("nightly", tmp_path / "no-traces", "--date", "2026-11-28", "--out", tmp_path / "out")
+    assert result.exit_code == 3
+    assert one_line(result) == f"Error: cannot write {tmp_path / 'out' / 'history.parquet'}: it is a folder"
+
+
+def test_load_db_that_cannot_be_written_exits_3_before_the_analysis(tmp_path):
+    result = run("load", tmp_path / "no-traces", "--db", tmp_path / "missing" / "x.duckdb")
+    assert result.exit_code == 3
+    assert one_line(result) == (f"Error: cannot write {tmp_path / 'missing' / 'x.duckdb'}: the folder "
+                                f"{tmp_path / 'missing'} does not exist")
+    result = run("load", tmp_path / "no-traces", "--db", tmp_path)
+    assert result.exit_code == 3
+    assert one_line(result) == f"Error: cannot write {tmp_path}: it is a folder"
 
 
 # ----------------------------------------------------------------- exit 3: memory, bugs; --debug

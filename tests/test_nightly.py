@@ -2,8 +2,10 @@
 
 import html
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -11,9 +13,11 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from analyzer import outputs
 from analyzer.analysis import history
 from analyzer.analysis.config import Regression
 from analyzer.cli import main
+from analyzer.errors import EnvironmentProblem
 from analyzer.nightly import run_nightly
 from tracebuilder import at, write_columns, write_table
 
@@ -59,6 +63,22 @@ def loose(tmp_path):
 def nightly(traces, date, out, config):
     return CliRunner().invoke(main, ["nightly", str(traces), "--date", date, "--out", str(out),
                                      "--config", str(config)])
+
+
+def test_history_gets_the_mode_of_the_reports_and_nothing_is_left_aside(tmp_path, loose):
+    traces = write_days(tmp_path / "traces", {DATES[0]: 2})
+    out = tmp_path / "out"
+    previous = os.umask(0o027)
+    try:
+        assert nightly(traces, DATES[0], out, loose).exit_code == 0
+        assert nightly(traces, DATES[0], out, loose).exit_code == 0     # replaced, not added to
+    finally:
+        os.umask(previous)
+    written = [out / DATES[0] / f"report.{fmt}" for fmt in ("md", "json", "html")] + [out / "history.parquet"]
+    # 0666 less the umask, as a file the shell creates: history.parquet was once 0600
+    assert [stat.S_IMODE(p.stat().st_mode) for p in written] == [0o640] * 4
+    assert sorted(p.name for p in out.iterdir()) == [DATES[0], "history.parquet", "history.parquet.lock"]
+    assert sorted(p.name for p in (out / DATES[0]).iterdir()) == ["report.html", "report.json", "report.md"]
 
 
 def test_only_the_day_with_the_acceptance_drop_is_flagged(tmp_path, loose):
@@ -136,14 +156,18 @@ def test_a_crash_before_the_rename_leaves_the_old_history(tmp_path, loose, monke
     nightly(traces, DATES[0], out, loose)
     before = (out / "history.parquet").read_bytes()
 
-    def crash(src, dst):
-        raise OSError("disk full")
+    replace = os.replace
 
-    monkeypatch.setattr(history.os, "replace", crash)
-    with pytest.raises(OSError, match="disk full"):
+    def crash(src, dst):
+        if Path(dst).name == "history.parquet":
+            raise OSError(28, "No space left on device")
+        replace(src, dst)
+
+    monkeypatch.setattr(outputs.os, "replace", crash)
+    with pytest.raises(EnvironmentProblem, match=f"cannot write {out / 'history.parquet'}: No space left on device"):
         run_nightly(traces, DATES[1], out)
     assert (out / "history.parquet").read_bytes() == before
-    assert [p.name for p in out.iterdir() if p.name.startswith(".history-")] == []
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
 
 
 def test_no_earlier_date_means_nothing_is_checked():

@@ -21,7 +21,6 @@ import datetime as dt
 import fcntl
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import EnvironmentProblem
+from ..outputs import written_aside
 from .config import Nightly, Regression
 
 # Seconds a run waits for another run's read-modify-write of the history.
@@ -163,16 +163,11 @@ def upsert(path: Path, day: pl.DataFrame, *, timeout: float = LOCK_TIMEOUT) -> p
 
 
 def write_atomic(path: Path, merged: pl.DataFrame) -> None:
-    """Write to a temporary file in the same directory, then rename over ``path``."""
+    """Write to a temporary file in the same directory, then rename over ``path``; the
+    history gets the mode the report files get (``outputs.written_aside``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".history-", suffix=".parquet", dir=path.parent)
-    os.close(fd)
-    try:
+    with written_aside(path) as tmp:
         merged.write_parquet(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # The window's spread is SPREAD_SDS robust standard deviations: 1.4826 · MAD (the median
