@@ -14,6 +14,7 @@ same thing without click:
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -51,15 +52,35 @@ def check_memory_limit(text: str) -> str:
     return f"{match.group(1)}{match.group(2).upper() if match.group(2) != '%' else '%'}"
 
 
+# The private folders this process made and has not removed yet: each is removed by
+# whoever made it (remove_temp_dir, even on error), and whatever is left at exit by
+# the atexit hook below, so a stop that lands between two statements leaves none.
+_LIVE_TEMP_DIRS: set[Path] = set()
+
+
 def private_temp_dir(temp_dir: str | Path | None = None) -> Path:
     """A folder of this run's own, under ``temp_dir`` (default: TMPDIR), for the scratch
-    database and DuckDB's spill files. The caller removes it, even on error."""
+    database and DuckDB's spill files. The caller removes it (``remove_temp_dir``), even
+    on error; at the latest it goes when the process exits."""
     base = Path(temp_dir) if temp_dir is not None else Path(tempfile.gettempdir())
     try:
         base.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="specan-", dir=base))
+        folder = Path(tempfile.mkdtemp(prefix="specan-", dir=base))
     except OSError as exc:
         raise EnvironmentProblem(f"cannot create a temporary folder under {base}: {exc.strerror or exc}") from None
+    _LIVE_TEMP_DIRS.add(folder)
+    return folder
+
+
+def remove_temp_dir(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    _LIVE_TEMP_DIRS.discard(folder)
+
+
+@atexit.register
+def _remove_leftover_temp_dirs() -> None:
+    for folder in list(_LIVE_TEMP_DIRS):
+        remove_temp_dir(folder)
 
 
 @dataclass
@@ -77,7 +98,7 @@ class Workspace:
     def close(self) -> None:
         self.con.close()
         if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_temp_dir(self.workdir)
 
     # ``with open_traces(...) as ws:`` closes the connection and removes the scratch
     # folder even when a notebook cell fails half-way.
@@ -121,17 +142,31 @@ def _quoted(path: Path) -> str:
 
 
 IN_MEMORY_BYTES = 64 * 2**20
+# Traces of at least this many bytes of files get a file-backed scratch database; the
+# default is IN_MEMORY_BYTES. Lowered by tests that need the file on small traces
+# (docs/commands.md, environment).
+FILE_DATABASE_ENV = "SPECAN_FILE_DATABASE_BYTES"
 
 
-def _total_bytes(traces: str | Path) -> int:
-    """The size of the trace's files, stopping once it passes IN_MEMORY_BYTES."""
+def file_database_bytes() -> int:
+    """IN_MEMORY_BYTES, or the whole number of bytes SPECAN_FILE_DATABASE_BYTES gives."""
+    text = os.environ.get(FILE_DATABASE_ENV, "").strip()
+    if not text:
+        return IN_MEMORY_BYTES
+    if not text.isdigit():
+        raise InputProblem(f"{FILE_DATABASE_ENV}={text!r} is not a whole number of bytes")
+    return int(text)
+
+
+def _total_bytes(traces: str | Path, limit: int) -> int:
+    """The size of the trace's files, stopping once it reaches ``limit``."""
     total = 0
     root = Path(traces)
     if root.is_dir():
         for path in root.rglob("*"):
             if path.is_file():
                 total += path.stat().st_size
-                if total >= IN_MEMORY_BYTES:
+                if total >= limit:
                     break
     return total
 
@@ -145,9 +180,10 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     The scratch database is a file in this run's private temporary folder, not
     memory: DuckDB compresses its tables and pages them against ``memory_limit``,
     so traces larger than memory load. Traces under ``IN_MEMORY_BYTES`` of files
-    use an in-memory database instead (it still spills to the folder): a file
-    database pays a log write per statement, a third of opening a small trace.
-    The folder is removed on close.
+    (``SPECAN_FILE_DATABASE_BYTES`` moves the bound) use an in-memory database
+    instead (it still spills to the folder): a file database pays a log write per
+    statement, a third of opening a small trace. The folder is removed on close,
+    and by the CLI on a stop signal (SIGINT, SIGTERM, SIGHUP).
 
     With ``engine="spark"`` the heavy pass runs on Spark (``analyzer.spark``) and the
     workspace holds what it brings back, with every view that can be computed from
@@ -181,12 +217,13 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                                "it has no date= partitions to select from")
         return open_reduced_dir(traces, memory_limit=memory_limit, temp_dir=temp_dir, repeat_n=repeat_n,
                                 progress=progress)
+    file_from = file_database_bytes()
     workdir = private_temp_dir(temp_dir)
     try:
-        database = ":memory:" if _total_bytes(traces) < IN_MEMORY_BYTES else workdir / "scratch.duckdb"
+        database = ":memory:" if _total_bytes(traces, file_from) < file_from else workdir / "scratch.duckdb"
         con = connect(database, memory_limit=memory_limit, spill_dir=workdir / "spill")
     except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_temp_dir(workdir)
         raise
     try:
         # Without views nothing would confirm rounds read in place, so validate copies them.
@@ -235,15 +272,16 @@ def open_reduced(tables: dict, summary: LoadSummary | None = None, *, memory_lim
     The views that read rounds or steps (round_facts, itl_gaps, ...) are left out:
     those rows stayed on the cluster."""
     check_memory_limit(memory_limit)
+    file_from = file_database_bytes()
     workdir = private_temp_dir(temp_dir)
     try:
         # as open_traces: a file database in the private folder once the tables are large
         size = sum(t.nbytes for t in tables.values() if not isinstance(t, str))
-        size += sum(_total_bytes(p) for p in reduced_from) if reduced_from else 0
-        database = ":memory:" if size < IN_MEMORY_BYTES else workdir / "scratch.duckdb"
+        size += sum(_total_bytes(p, file_from) for p in reduced_from) if reduced_from else 0
+        database = ":memory:" if size < file_from else workdir / "scratch.duckdb"
         con = connect(database, memory_limit=memory_limit, spill_dir=workdir / "spill")
     except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_temp_dir(workdir)
         raise
     try:
         for name, table in tables.items():
@@ -302,7 +340,7 @@ def open_database(db: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT,
         con = connect(db, memory_limit=memory_limit, spill_dir=workdir / "spill", read_only=True)
         return Workspace(con, read_summary(con), workdir)
     except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_temp_dir(workdir)
         raise
 
 
@@ -337,7 +375,7 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
         con.close()
         os.replace(partial, db)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_temp_dir(workdir)
     return summary
 
 

@@ -2,15 +2,20 @@
 
 Errors are turned into exit statuses in one place, ``SpecanGroup.invoke``
 (docs/commands.md): 0 done; 1 a gate, regression or ``--strict`` finding; 2 bad
-usage or bad input; 3 an environment or internal error. Each error is one line
-on stderr; ``specan --debug`` adds the traceback.
+usage or bad input; 3 an environment or internal error; 128 + N stopped by signal
+N (SIGINT, SIGTERM, SIGHUP), after removing the run's scratch folder. Each error
+is one line on stderr; ``specan --debug`` adds the traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -52,16 +57,58 @@ def classify(exc: BaseException) -> Failure:
                    "run `specan --debug ...` for the traceback and report it", 3)
 
 
+# A scheduler's timeout (SIGTERM), a closed terminal (SIGHUP) and Ctrl-C (SIGINT) all stop
+# a run the same way, with the shell's status for a death by that signal (128 + N).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """A stop signal arrived. Raised where Python code runs (DuckDB turns it into its own
+    "Query interrupted" and stops the query), it unwinds like KeyboardInterrupt, so every
+    ``finally`` on the way removes what it made: the scratch folder first."""
+
+
+@contextlib.contextmanager
+def _stop_signals_unwind() -> Iterator[list[int]]:
+    """While the command runs: the stop signals raise Stopped, once (a second signal must
+    not cut the clean-up short); yields the signals received."""
+    received: list[int] = []
+
+    def stop(signum: int, _frame) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            raise Stopped(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield received          # signals reach the main thread only: nothing to install
+        return
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def stopped(signum: int) -> Failure:
+    return Failure(f"stopped by {signal.Signals(signum).name}", 128 + signum)
+
+
 class SpecanGroup(click.Group):
     def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
-            raise
-        except Exception as exc:
-            if ctx.meta.get("specan.debug"):
-                traceback.print_exc(file=sys.stderr)
-            raise classify(exc) from None
+        with _stop_signals_unwind() as received:
+            try:
+                return super().invoke(ctx)
+            except BaseException as exc:
+                # whatever the signal interrupted (DuckDB reports a RuntimeError), it stopped the run
+                if received:
+                    raise stopped(received[0]) from None
+                if isinstance(exc, (click.exceptions.ClickException, click.exceptions.Exit,
+                                    click.exceptions.Abort)) or not isinstance(exc, Exception):
+                    raise
+                if ctx.meta.get("specan.debug"):
+                    traceback.print_exc(file=sys.stderr)
+                raise classify(exc) from None
 
 
 class Progress:
