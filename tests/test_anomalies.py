@@ -17,7 +17,7 @@ from analyzer import api
 from analyzer.analysis.config import Anomalies, load_config
 from analyzer.cli import main
 from analyzer.render import html, markdown
-from tracebuilder import deployment, request, round_row, step, write_traces
+from tracebuilder import deployment, request, round_row, step, write_table, write_traces
 
 CYCLE = [1, 2] * 32                  # 64 output tokens, a 2-token loop
 
@@ -170,7 +170,10 @@ def test_the_flagged_requests(document):
     got = [(a["deployment_id"], a["request_id"], a["kind"], a["value"], a["threshold"])
            for a in document["anomalies"]]
     assert got == EXPECTED
-    assert set(document["anomalies"][0]) == {"deployment_id", "request_id", "kind", "value", "threshold", "detail"}
+    assert set(document["anomalies"][0]) == {"deployment_id", "request_id", "partition", "kind", "value", "threshold",
+                                             "detail"}
+    # an unpartitioned requests table: nothing to tell requests of one id apart by
+    assert {a["partition"] for a in document["anomalies"]} == {None}
     detail = {(a["request_id"], a["kind"]): a["detail"] for a in document["anomalies"]}
     assert detail[("cycle", "looping")] == (
         "self_repeat_ratio(3): 59 of 61 output positions repeat the output; 64 output tokens")
@@ -295,3 +298,33 @@ def test_html_section(document):
     assert re.search(r"<h3>looping: [0-9,]+ flagged of [0-9,]+ requests checked</h3>", page)
     assert "<tr><td>loop</td><td>cycle</td><td>0.967</td><td>0.800</td>" in page
     assert "<p>Rule: max_stall ≥ 1000 ms and ≥ 4 × the deployment&#x27;s median max_stall. It usually means " in page
+
+
+# --- partitions ------------------------------------------------------------------------------
+def partitioned_traces(root):
+    """Request ids that restart in each partition, under two partition columns of any name.
+    region=eu/pool=blue: r1 (16 rounds drafting 1, accepting 0) and good (16 rounds drafting 1,
+    accepting 1); region=us/pool=blue: another r1 like the first. Drafts 48, accepted 16:
+    acceptance 1/3 ≥ 0.2, so both r1 are flagged no_acceptance with value 16."""
+    write_traces(root, deployments=[deployment("acc")])
+    eu, us = "region=eu/pool=blue", "region=us/pool=blue"
+    write_table(root, "requests", {eu: [request("acc", "r1"), request("acc", "good")], us: [request("acc", "r1")]})
+    write_table(root, "rounds", {eu: rounds("acc", "r1", [(1, 0)] * 16) + rounds("acc", "good", [(1, 1)] * 16),
+                                 us: rounds("acc", "r1", [(1, 0)] * 16)})
+    return root
+
+
+def test_partition_values_tell_requests_of_one_id_apart(tmp_path):
+    traces = partitioned_traces(tmp_path)
+    result = CliRunner().invoke(main, ["report", str(traces), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    # the columns by name (pool before region), as rejected_rows.row_key spells them
+    assert [(a["request_id"], a["partition"], a["kind"], a["value"]) for a in doc["anomalies"]] == [
+        ("r1", "pool=blue, region=eu", "no_acceptance", 16.0),
+        ("r1", "pool=blue, region=us", "no_acceptance", 16.0)]
+    result = CliRunner().invoke(main, ["report", str(traces)])
+    assert "| deployment | request | partition | value | threshold | detail |" in result.output
+    assert "| acc | r1 | pool=blue, region=eu | 16 | 16 | 0 of 16 drafts accepted" in result.output
+    assert "| acc | r1 | pool=blue, region=us | 16 | 16 | 0 of 16 drafts accepted" in result.output
+

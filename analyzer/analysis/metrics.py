@@ -176,8 +176,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     if any(d["tpot_speedup"] is not None for d in out_deployments):
         notes.append("tpot_speedup compares time per output token from request timings; it is not matched on "
                       "batch size, so the load of a deployment and its baseline may differ")
-    anomalies = rows(con, """select deployment_id, request_id, kind, value, threshold, detail from request_anomalies
-                             order by kind, value desc, request_id, deployment_id""")
+    anomalies = rows(con, """select deployment_id, request_id, partition, kind, value, threshold, detail
+                             from request_anomalies
+                             order by kind, value desc, request_id, partition, deployment_id""")
     anomaly_checks = rows(con, "select * from anomaly_checks order by deployment_id, kind")
     notes += _anomaly_notes(anomaly_checks)
     notes += [f"import: {n}" for n in _import_notes(con)]

@@ -32,6 +32,7 @@ from ..errors import InputProblem, InternalError
 from ..resources import resource_dir
 from . import buckets
 from .config import Config
+from .partitions import create_request_partitions
 from .slices import create_slice_relations
 
 LAYERS = ("staging", "intermediate", "marts")
@@ -228,6 +229,7 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
     """
     create_macros(con, repeat_n, sql_dir, temporary)
     create_slice_relations(con, by, temporary=temporary)
+    create_request_partitions(con, temporary=temporary)
     views = discover_views(sql_dir)
     order = dependency_order(views)
     for name in order:
@@ -255,6 +257,7 @@ def create_local_views(con: duckdb.DuckDBPyConnection, present: set[str], sql_di
     empty: the slice views that can be created here exist, empty."""
     create_macros(con, repeat_n, sql_dir, temporary)
     create_slice_relations(con, temporary=temporary)
+    create_request_partitions(con, temporary=temporary)
     views = discover_views(sql_dir)
     available = set(present)
     left_out = []

@@ -693,6 +693,16 @@ def anomaly_value(kind: str, value: Any) -> str:
     return num(value, 1 if kind == "stall" else 3)
 
 
+def request_table(headers: list[str], listed: list[dict], cells: Callable[[dict], tuple]) -> str:
+    """A table naming requests: deployment, request and, when the requests are partitioned,
+    the partition that tells requests of the same id apart (ids may restart per date)."""
+    partitioned = any(r.get("partition") for r in listed)
+    named = ["deployment", "request"] + (["partition"] if partitioned else [])
+    return table(named + headers,
+                 [(r["deployment_id"], r["request_id"], *((r["partition"] or DASH,) if partitioned else ()),
+                   *cells(r)) for r in listed])
+
+
 def _anomalies(doc: dict) -> str:
     if "anomalies" not in doc:
         return ""
@@ -716,9 +726,9 @@ def _anomalies(doc: dict) -> str:
             parts.append(f"{total - done:,} requests could not be checked (see the notes).\n")
         if flagged:
             shown = flagged[:ANOMALIES_SHOWN]
-            parts.append(table(["deployment", "request", "value", "threshold", "detail"],
-                               [(a["deployment_id"], a["request_id"], anomaly_value(kind, a["value"]),
-                                 anomaly_value(kind, a["threshold"]), a["detail"]) for a in shown]))
+            parts.append(request_table(["value", "threshold", "detail"], shown,
+                                       lambda a: (anomaly_value(kind, a["value"]),
+                                                  anomaly_value(kind, a["threshold"]), a["detail"])))
             if len(flagged) > len(shown):
                 parts.append(f"{len(flagged) - len(shown):,} more in the JSON key `anomalies`.\n")
     return "\n".join(parts)

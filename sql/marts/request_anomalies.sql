@@ -1,6 +1,9 @@
 -- Requests to look at: each request that one of three exact rules flags (docs/metrics.md,
 -- "Requests to look at"), with the value that tripped the rule and its threshold.
--- Grain: one row per flagged (deployment_id, request_id, kind).
+-- Grain: one row per flagged (deployment_id, request_id, partition, kind).
+--
+-- partition: the request's partition values (request_partitions, e.g. date=2026-11-28),
+-- since request ids may restart in each partition folder; null when requests has none.
 --
 -- The thresholds are macros named like the keys of the gates TOML's [anomalies] section,
 -- created with its defaults; `report --config` replaces them. A request that lacks what
@@ -15,6 +18,7 @@
 with looping as (
     select
         deployment_id,
+        request_uid,
         request_id,
         'looping' as kind,
         self_repeat_ratio as value,
@@ -36,6 +40,7 @@ deployment_acceptance as (
 no_acceptance as (
     select
         r.deployment_id,
+        r.request_uid,
         r.request_id,
         'no_acceptance' as kind,
         cast(r.num_spec_rounds as double) as value,
@@ -62,6 +67,7 @@ stall_medians as (
 stall as (
     select
         s.deployment_id,
+        s.request_uid,
         s.request_id,
         'stall' as kind,
         s.max_stall_ms as value,
@@ -73,10 +79,16 @@ stall as (
     join stall_medians as m on m.deployment_id = s.deployment_id
     where s.max_stall_ms >= stall_min_ms()
         and s.max_stall_ms >= stall_min_median_multiple() * m.median_ms
+),
+
+flagged as (
+    select deployment_id, request_uid, request_id, kind, value, threshold, detail from looping
+    union all
+    select deployment_id, request_uid, request_id, kind, value, threshold, detail from no_acceptance
+    union all
+    select deployment_id, request_uid, request_id, kind, value, threshold, detail from stall
 )
 
-select deployment_id, request_id, kind, value, threshold, detail from looping
-union all
-select deployment_id, request_id, kind, value, threshold, detail from no_acceptance
-union all
-select deployment_id, request_id, kind, value, threshold, detail from stall
+select f.deployment_id, f.request_id, p.partition, f.kind, f.value, f.threshold, f.detail
+from flagged as f
+left join request_partitions as p on p.request_uid = f.request_uid
