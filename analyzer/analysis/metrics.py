@@ -182,10 +182,11 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     anomaly_checks = rows(con, "select * from anomaly_checks order by deployment_id, kind")
     notes += _anomaly_notes(anomaly_checks)
     notes += [f"import: {n}" for n in _import_notes(con)]
-    notes = _input_notes(summary) + _table_notes(con, summary) + notes
+    mismatch = output_tokens_mismatch(con)
+    notes = _input_notes(summary) + _mismatch_notes(mismatch) + _table_notes(con, summary) + notes
     return {
         "schema_version": SCHEMA_VERSION,
-        "input": _input(summary),
+        "input": {**_input(summary), "output_tokens_mismatch": mismatch},
         "deployments": out_deployments,
         "categories": categories,
         "repetition": repetition,
@@ -322,6 +323,28 @@ def _input(summary: LoadSummary) -> dict[str, Any]:
         "rejected_by_reason": dict(sorted(by_reason.items())),
         "rejected_by_table": {t: dict(sorted(r.items())) for t, r in summary.rejected.items() if r},
     }
+
+
+MISMATCH_EXAMPLES = 3
+
+
+def output_tokens_mismatch(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+    """Per deployment with any, the requests whose output_tokens differ from 1 + Σ committed
+    of their clean rounds (view output_tokens_mismatch): how many, of how many checked, and
+    the first MISMATCH_EXAMPLES keys in key order."""
+    found = con.execute(f"""
+        select deployment_id, count(*), any_value(checked_requests),
+               list(request_key order by request_key)[1:{MISMATCH_EXAMPLES}]
+        from output_tokens_mismatch group by deployment_id order by deployment_id""").fetchall()
+    return {dep: {"requests": n, "checked_requests": checked, "examples": examples}
+            for dep, n, checked, examples in found}
+
+
+def _mismatch_notes(mismatch: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"{dep}: output_tokens differs from 1 + the tokens its clean rounds commit for {m['requests']:,} of "
+            f"{m['checked_requests']:,} requests (output_tokens_mismatch: rounds missing, rejected or miscounted); "
+            f"their rounds are still analysed. E.g. {'; '.join(m['examples'])}"
+            for dep, m in mismatch.items()]
 
 
 def _input_notes(summary: LoadSummary) -> list[str]:
