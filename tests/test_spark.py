@@ -16,6 +16,8 @@ from click.testing import CliRunner
 from analyzer import api
 from analyzer.cli import main
 from test_anomalies import EXPECTED as EXPECTED_ANOMALIES, all_tables as anomaly_tables
+from test_anomalies import partitioned_traces as partitioned_anomaly_traces
+from test_output_tokens_mismatch import EXPECTED as EXPECTED_MISMATCH, mismatch_traces
 from test_metrics_seed import cheap, write_seed_traces
 from tracebuilder import at, deployment, request, round_row, step, write_columns, write_table, write_traces
 
@@ -104,6 +106,18 @@ def test_requests_to_look_at_on_spark(spark, tmp_path):
     assert differences(duck, spark_doc) == []
     assert [tuple(a[k] for k in ("deployment_id", "request_id", "kind", "value", "threshold"))
             for a in spark_doc["anomalies"]] == EXPECTED_ANOMALIES
+
+
+def test_partitions_and_output_tokens_mismatch_on_spark(spark, tmp_path):
+    # request_rounds comes back from Spark; request_partitions and the two views run locally
+    mismatch = mismatch_traces(tmp_path / "mismatch")
+    duck, spark_doc = documents(mismatch, spark)
+    assert differences(duck, spark_doc) == []
+    assert spark_doc["input"]["output_tokens_mismatch"] == EXPECTED_MISMATCH
+    duck, spark_doc = documents(partitioned_anomaly_traces(tmp_path / "anomalies"), spark)
+    assert differences(duck, spark_doc) == []
+    assert [(a["request_id"], a["partition"]) for a in spark_doc["anomalies"]] == [
+        ("r1", "pool=blue, region=eu"), ("r1", "pool=blue, region=us")]
 
 
 def dirty_traces(root: Path) -> Path:
