@@ -43,3 +43,19 @@ def test_validate_examples_name_the_partition_of_each_rejected_row(tmp_path):
         "  rounds       accepted_exceeds_drafted            2",
         "      e.g. deployment_id=a, request_id=r1, round_idx=0, date=2026-11-27",
         "      e.g. deployment_id=a, request_id=r1, round_idx=0, date=2026-11-28"]
+
+
+def test_the_per_request_views_carry_the_partition(tmp_path):
+    traces = partitioned_traces(tmp_path)
+    for view, column in (("request_acceptance", "accept_length"), ("request_latency", "ttft_ms")):
+        result = CliRunner().invoke(main, ["sql", str(traces), f"select request_id, partition, {column} from {view} "
+                                           "order by all", "--format", "csv"])
+        assert result.exit_code == 0, result.output
+        # r1 accepts nothing over 16 rounds (1 + 0/16), good everything (1 + 16/16); every
+        # request arrives at 0 ms and has its first token at 10 ms
+        value = {"request_acceptance": {"good": "2.0", "r1": "1.0"}, "request_latency": {"good": "10.0", "r1": "10.0"}}
+        assert result.output.splitlines() == [
+            f"request_id,partition,{column}",
+            f'good,"pool=blue, region=eu",{value[view]["good"]}',
+            f'r1,"pool=blue, region=eu",{value[view]["r1"]}',
+            f'r1,"pool=blue, region=us",{value[view]["r1"]}']
