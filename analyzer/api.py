@@ -83,6 +83,12 @@ class Workspace:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
+    def name_unreadable_input(self) -> None:
+        """After a failed query: raise the StructuralError naming a trace file whose data pages
+        cannot be decoded, if there is one (a query reads the rounds in place)."""
+        if self.summary is not None and self.summary.found:
+            name_unreadable_input(self.con, self.summary.found)
+
     def frame(self, sql: str):
         """Run one query over the views; the result as a polars DataFrame (through Arrow:
         DuckDB computes, only the result reaches Python)."""

@@ -244,8 +244,13 @@ def _check_cast(con, path: Path, table: str, column: str, declared: str, arrow_t
         raise StructuralError(path, table, column,
                               f"expected {declared}, found {arrow_type} ({first_line(exc)})") from None
     if bad is not None:
-        raise StructuralError(path, table, column,
-                              f"expected {declared}, found {arrow_type} value {bad[0]!r} that cannot be cast")
+        raise uncastable(path, table, column, declared, arrow_type, bad[0])
+
+
+def uncastable(path, table: str, column: str, declared: str, arrow_type, value) -> StructuralError:
+    """The structural error of a value that does not convert to its column's declared type."""
+    what = "is not an ISO-8601 time" if declared == "TIMESTAMP" else "cannot be cast"
+    return StructuralError(path, table, column, f"expected {declared}, found {arrow_type} value {value!r} that {what}")
 
 
 # ----------------------------------------------------------------------------

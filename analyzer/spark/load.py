@@ -29,7 +29,8 @@ from ..analysis import portable
 from ..errors import EnvironmentProblem, InputProblem, InternalError, first_line
 from ..ingest import rules
 from ..ingest.load import (LINKS, LoadSummary, StructuralError, TableFiles, check_structure, collision, discover,
-                           parent_collision_sql, partition_values, table_plan, unknown_entries, unreadable_file)
+                           parent_collision_sql, partition_values, table_plan, uncastable, unknown_entries,
+                           unreadable_file)
 from ..ingest.schema import TABLE_ORDER, load_schemas
 
 Progress = Callable[[str], None]
@@ -96,8 +97,10 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
             rows_clean[table] = counts.get(None, 0)
         clean_frames[table] = clean
         clean.createOrReplaceTempView(f"_clean_{table}")
+        # Spark writes a year beyond 9999 as '+294247-…', DuckDB as '294247-…': the key text is one
         rejected_frames.append(classified.where("_reason is not null").selectExpr(
-            f"'{table}' as table_name", "_row_key as row_key", "_reason as reason"))
+            f"'{table}' as table_name", r"regexp_replace(_row_key, '=\\+([0-9]{5,}-)', '=$1') as row_key",
+            "_reason as reason"))
     for table, frame in clean_frames.items():
         frame.createOrReplaceTempView(table)
     union = rejected_frames[0]
@@ -266,8 +269,7 @@ def _spark_cast_check(spark, path: str, table: str, column: str, declared: str, 
         raise StructuralError(path, table, column,
                               f"expected {declared}, found {arrow_type} ({first_line(exc)})") from None
     if bad:
-        raise StructuralError(path, table, column,
-                              f"expected {declared}, found {arrow_type} value {bad[0][0]!r} that cannot be cast")
+        raise uncastable(path, table, column, declared, arrow_type, bad[0][0])
 
 
 # ----------------------------------------------------------------------------- metadata

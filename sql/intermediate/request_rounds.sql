@@ -53,9 +53,11 @@ with per_request as (
         sum(r.num_invalidated_tokens) as num_invalidated_tokens,
         sum(r.num_committed_tokens) as num_committed_tokens,
         sum(r.num_verified_nodes) as num_verified_nodes,
-        count(*) filter (where r.num_committed_tokens < r.num_accepted_tokens + 1) as truncated_rounds,
-        coalesce(sum(r.num_accepted_tokens + 1 - r.num_committed_tokens)
-            filter (where r.num_committed_tokens < r.num_accepted_tokens + 1), 0) as truncated_tokens,
+        -- counts are INTEGER columns: their sums with a constant or each other are BIGINT,
+        -- which no count can overflow
+        count(*) filter (where r.num_committed_tokens < cast(r.num_accepted_tokens as bigint) + 1) as truncated_rounds,
+        coalesce(sum(cast(r.num_accepted_tokens as bigint) + 1 - r.num_committed_tokens)
+            filter (where r.num_committed_tokens < cast(r.num_accepted_tokens as bigint) + 1), 0) as truncated_tokens,
         count(*) filter (where r.num_draft_tokens = 0 and r.num_invalidated_tokens > 0) as fully_invalidated_rounds,
         min(r.round_idx) as min_round_idx,
         max(r.round_idx) as max_round_idx,
@@ -111,7 +113,7 @@ packed as (
     select
         *,
         case
-            when max_round_idx - min_round_idx + 1 < num_rounds then true
+            when cast(max_round_idx as bigint) - min_round_idx + 1 < num_rounds then true
             -- keys hold round_idx only within [0, 2^20): beyond, unknown here (the loader copies and checks)
             when min_round_idx < 0 or max_round_idx >= 1048576 then null
             else coalesce(list_min(key_steps) < 4398046511104, false)
