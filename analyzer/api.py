@@ -26,11 +26,12 @@ import duckdb
 
 from .errors import EnvironmentProblem, InputProblem
 from .outputs import check_output, write_output  # noqa: F401  re-exported for the CLI and nightly
-from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_rounds, load_traces,
-                          read_summary)
+from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_in_place, load_traces,
+                          name_unreadable_input, read_summary)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
 from .analysis.slices import resolve_columns
-from .analysis.views import DEFAULT_REPEAT_N, create_local_views, create_views, set_config_thresholds
+from .analysis.views import (DEFAULT_REPEAT_N, ROUND_AGGREGATES, ViewError, create_local_views, create_views,
+                             set_config_thresholds)
 
 ENGINES = ("duckdb", "spark")
 
@@ -107,6 +108,12 @@ class Workspace:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+    def name_unreadable_input(self) -> None:
+        """After a failed query: raise the StructuralError naming a trace file whose data pages
+        cannot be decoded, if there is one (a query reads the rounds in place)."""
+        if self.summary is not None and self.summary.found:
+            name_unreadable_input(self.con, self.summary.found)
 
     def frame(self, sql: str):
         """Run one query over the views; the result as a polars DataFrame (through Arrow:
@@ -226,22 +233,33 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
         remove_temp_dir(workdir)
         raise
     try:
-        # Without views nothing would confirm rounds read in place, so validate copies them.
-        summary = load_traces(con, traces, date=date, progress=progress, rounds_as_view=views)
+        # The rounds are read in place when the views are built: their aggregates count the
+        # rules that read other rows. Without views (validate) the rounds are copied.
+        summary = load_traces(con, traces, date=date, progress=progress, rounds_in_place=views)
         slices = resolve_columns(con, by) if by else ()
         if views:
             if progress:
                 progress("creating views")
-            create_views(con, repeat_n=repeat_n, progress=progress, temporary=True, by=slices)
+            _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices)
             if progress and summary.pending is not None:
-                progress("confirming the rounds' key rules from the aggregates")
-            if confirm_rounds(con, summary, progress):
-                create_views(con, repeat_n=repeat_n, progress=progress, temporary=True, by=slices)
-        check_link_keys(con, summary.found)
+                progress("counting the rounds' rules that read other rows, from the aggregates")
+            if confirm_in_place(con, summary, ROUND_AGGREGATES, progress):
+                _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices)
+        check_link_keys(con, summary.found, ROUND_AGGREGATES if views else None)
     except BaseException:
         Workspace(con, None, workdir).close()
         raise
     return Workspace(con, summary, workdir, slices=slices)
+
+
+def _create_views_over(con, summary: LoadSummary, **options) -> None:
+    """create_views over tables some of which are read in place: a file whose data pages
+    cannot be decoded is named, as the load names it (a structural error, exit 2)."""
+    try:
+        create_views(con, temporary=True, **options)
+    except ViewError:
+        name_unreadable_input(con, summary.found)
+        raise
 
 
 # The per-request decode rounds that a slice's speedup needs (request_decode_buckets)
@@ -366,7 +384,7 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
             if progress:
                 progress("creating views")
             create_views(con, repeat_n=repeat_n, by=resolve_columns(con, by) if by else ())
-            check_link_keys(con, summary.found)
+            check_link_keys(con, summary.found, ROUND_AGGREGATES)
             con.execute("checkpoint")
         except BaseException:
             con.close()

@@ -419,8 +419,13 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, by: tuple[str, ...], e
                           engine=engine, spark_master=spark_master, by=by))
     try:
         columns, rows = api.query(ws.con, args[-1])
-    except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
-            duckdb.ConversionException, duckdb.InvalidInputException) as exc:
+    except duckdb.Error as exc:
+        if not isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
+                                duckdb.ConversionException, duckdb.OutOfMemoryException)):
+            ws.name_unreadable_input()    # a data page the query read cannot be decoded: exit 2, naming the file
+        if not isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
+                                duckdb.ConversionException, duckdb.InvalidInputException)):
+            raise
         hint = ""
         if isinstance(exc, duckdb.CatalogException) and ws.unavailable:
             hint = (" (reduced traces: " + ", ".join(ws.unavailable) + " stay on the cluster; "

@@ -28,3 +28,10 @@ class EnvironmentProblem(SpecanError):
 
 class InternalError(SpecanError):
     exit_code = 3
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, printable: what a one-line error message quotes of it."""
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return "".join(ch if ch.isprintable() else "?" for ch in line)

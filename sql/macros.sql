@@ -24,15 +24,9 @@ create or replace macro packed_first_gap_us(keys, first_end_us, first_token_us) 
         else []
     end;
 
--- All gaps of a request from its emission keys alone (when some rounds do not emit).
-create or replace macro packed_gaps_us(keys, first_end_us, first_token_us) as
-    list_concat(
-        packed_first_gap_us(keys, first_end_us, first_token_us),
-        list_transform(range(2, array_length(keys) + 1), lambda i: packed_key_gap_us(keys[i] - keys[i - 1]))
-    );
-
 -- When a step ended: its start plus its duration, to the microsecond. A round's
--- tokens reach the user then (streaming gaps).
+-- tokens reach the user then (streaming gaps). The row rule round_out_of_order orders
+-- a request's rounds by the same end (analyzer/ingest/rules.py, which reads no macro).
 create or replace macro step_end_time(start_time, duration_ms) as
     start_time + to_microseconds(cast(round(duration_ms * 1000) as bigint));
 

@@ -253,7 +253,7 @@ def test_a_collision_among_parents_is_an_internal_error(tmp_path):
 
 
 def test_a_collision_among_rounds_is_an_internal_error(tmp_path):
-    from analyzer.analysis.views import create_views
+    from analyzer.analysis.views import ROUND_AGGREGATES, create_views
     from analyzer.errors import InternalError
     from analyzer.ingest.load import check_link_keys
 
@@ -266,6 +266,6 @@ def test_a_collision_among_rounds_is_an_internal_error(tmp_path):
         create_views(ws.con, temporary=True)
         assert ws.con.execute("select step_uid_collides from step_rounds").fetchall() == [(True,)]
         with pytest.raises(InternalError, match=r"^hash collision: step_uid 42 stands for two different steps keys"):
-            check_link_keys(ws.con, ws.summary.found)
+            check_link_keys(ws.con, ws.summary.found, ROUND_AGGREGATES)
     finally:
         ws.close()

@@ -738,7 +738,7 @@ def test_intervals_schema_declaration():
                      "reported_accept_length": ("DOUBLE", False),
                      "reported_accept_length_definition": ("VARCHAR", False),
                      "reported_accept_rate": ("DOUBLE", False), "reported_accept_rate_definition": ("VARCHAR", False)}
-    assert [r["reason"] for r in doc["rules"]] == ["time_order"]
+    assert [r["reason"] for r in doc["rules"]] == ["implausible_time", "implausible_throughput", "time_order"]
 
 
 def test_library_api_matches_the_cli(tmp_path):

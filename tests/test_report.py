@@ -69,7 +69,8 @@ def test_the_command_prints_the_same_report(sample_report):
     phases = [line.split(None, 1) for line in profile[start + 1:]]
     names = [name for _, name in phases]
     for phase in ("reading rounds (3 files, in place: counting row-rule breaks)", "computing request_rounds",
-                  "computing round_cells", "confirming the rounds' key rules from the aggregates",
+                  "computing round_cells",
+                  "counting the rounds' rules that read other rows, from the aggregates",
                   "computing metrics", "rendering json"):
         assert phase in names
     assert names[-1] == "total"

@@ -245,7 +245,7 @@ def test_negative_count_in_requests_steps_and_rounds(load):
 
 def test_negative_bigint_beyond_integer_range(load):
     # A BIGINT that does not fit 32 bits must still be compared as a count.
-    ws = load(steps=[step("a", -(2**40)), step("a", 2**40)],
+    ws = load(steps=[step("a", -(2**40), start_ms=0.0), step("a", 2**40, start_ms=10.0)],
               rounds=[round_row("a", "r1", 0, 2, 1, step_id=2**40)])
     assert rejected(ws) == [("steps", rk(deployment_id="a", step_id=-(2**40)), "negative_count")]
 
@@ -554,3 +554,113 @@ def test_rejected_counts_per_reason_in_load_summary(load):
         ("rounds", "unknown_step", 1),
         ("steps", "negative_duration", 1),
     ]
+
+
+# --------------------------------------------------------------------------- rules of issue 23
+
+
+def report_json(path) -> dict:
+    import json
+
+    from click.testing import CliRunner
+
+    from analyzer.cli import main
+
+    result = CliRunner().invoke(main, ["report", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_rounds_out_of_order_leave_no_negative_gap_in_itl(tmp_path):
+    # First token at 5 ms; steps end at 20 (1), 30 (2), 40 (3) and 35 (4, 25 + 10).
+    # Round 2 runs in step 2, which ends before round 1's step 3: out of order. Round 3's
+    # step 4 ends after round 2's but before round 1's: out of order too (the latest earlier
+    # end, 40, decides; had only the previous round been compared, its gap from round 1
+    # would be 35 − 40 = −5 ms). Left: gaps 5 → 20 → 40, 15 and 20 ms.
+    write_traces(tmp_path, deployments=[deployment("a")],
+                 requests=[request("a", "r1", arrival=0.0, first=5.0, finish=100.0)],
+                 steps=[step("a", 1, start_ms=10.0), step("a", 2, start_ms=20.0), step("a", 3, start_ms=30.0),
+                        step("a", 4, start_ms=25.0)],
+                 rounds=[round_row("a", "r1", 0, 2, 1, step_id=1, stop_reason=None),
+                         round_row("a", "r1", 1, 2, 1, step_id=3, stop_reason=None),
+                         round_row("a", "r1", 2, 2, 1, step_id=2, stop_reason=None),
+                         round_row("a", "r1", 3, 2, 0, step_id=4, stop_reason="eos")])
+    doc = report_json(tmp_path)
+    itl = doc["deployments"][0]["latency_ms"]["itl"]
+    assert (itl["mean"], itl["max"]) == (17.5, 20.0)
+    assert doc["deployments"][0]["latency_ms"]["max_stall"]["max"] == 20.0
+    assert doc["input"]["rejected_rows"] == 2
+    ws = open_traces(tmp_path)
+    try:
+        assert rejected(ws) == [("rounds", round_key("r1", 2), "round_out_of_order"),
+                                ("rounds", round_key("r1", 3), "round_out_of_order")]
+    finally:
+        ws.close()
+
+
+def test_a_round_whose_step_is_unknown_or_rejected_is_not_ordered(load):
+    # "both steps known": a clean step each. Round 1 has no step, round 2's step was rejected
+    # (negative_duration), so neither is compared; round 3 is compared with round 0 (20 ms).
+    ws = load(requests=[request("a", "r1")],
+              steps=[step("a", 1, start_ms=10.0), step("a", 2, start_ms=0.0, duration_ms=-1.0),
+                     step("a", 3, start_ms=12.0)],
+              rounds=[round_row("a", "r1", 0, 2, 1, step_id=1), round_row("a", "r1", 1, 2, 1),
+                      round_row("a", "r1", 2, 2, 1, step_id=2), round_row("a", "r1", 3, 2, 1, step_id=3)])
+    assert rejected(ws) == [("steps", rk(deployment_id="a", step_id=2), "negative_duration")]
+
+
+def test_steps_longer_than_a_day_are_rejected_not_an_internal_error(tmp_path):
+    # the issue's values: verify_ms 1e300 and duration_ms 1e12 made the report exit 3 (no
+    # DECIMAL(18, 6) holds them); a day, 86,400,000 ms, is still a step
+    write_traces(tmp_path, deployments=[deployment("a")], requests=[request("a", "r1")],
+                 steps=[step("a", 1, verify_ms=1e300), step("a", 2, duration_ms=1e12),
+                        step("a", 3, duration_ms=86_400_000.0), step("a", 4, draft_ms=-1.0, verify_ms=1e300)],
+                 rounds=[round_row("a", "r1", i, 2, 1, step_id=i + 1) for i in range(4)])
+    doc = report_json(tmp_path)
+    assert doc["input"]["rejected_rows"] == 3
+    ws = open_traces(tmp_path)
+    try:
+        # negative_duration comes first: step 4 breaks both
+        assert rejected(ws) == [("steps", rk(deployment_id="a", step_id=1), "implausible_duration"),
+                                ("steps", rk(deployment_id="a", step_id=2), "implausible_duration"),
+                                ("steps", rk(deployment_id="a", step_id=4), "negative_duration")]
+    finally:
+        ws.close()
+
+
+INT_MAX, BIGINT_MAX = 2**31 - 1, 2**63 - 1
+
+
+@pytest.mark.parametrize("table, column, value, expected", [
+    ("rounds", "round_idx", INT_MAX, []),
+    ("rounds", "num_invalidated_tokens", INT_MAX, []),
+    ("rounds", "num_verified_nodes", INT_MAX, []),
+    ("rounds", "context_len", INT_MAX, []),
+    ("rounds", "step_id", BIGINT_MAX, [("rounds", round_key("r1", 1), "unknown_step")]),
+    ("steps", "batch_size", INT_MAX, []),
+    ("steps", "num_prefill_tokens", INT_MAX, []),
+    ("steps", "kv_usage", 1e300, []),
+    ("steps", "draft_ms", 1e300, [("steps", "deployment_id=a, step_id=2", "implausible_duration")]),
+    ("requests", "prompt_tokens", INT_MAX, []),
+    ("requests", "output_tokens", INT_MAX, []),
+    ("requests", "temperature", 1e300, []),
+    ("requests", "quality_score", -1e300, []),
+    ("deployments", "num_speculative_tokens", INT_MAX, []),
+    ("deployments", "kv_capacity_tokens", BIGINT_MAX, []),
+])
+def test_values_at_the_ends_of_their_types_never_end_the_report(tmp_path, table, column, value, expected):
+    # one value at the edge of its type in an otherwise clean trace: a rejected row or none,
+    # never exit 3 (the sums and differences of counts are BIGINT, of times bounded)
+    tables = dict(deployments=[deployment("a"), deployment("b", method="none", gamma=0, baseline_id=None)],
+                  requests=[request("a", "r1"), request("b", "r1")],
+                  steps=[step(d, s, start_ms=10.0 * s) for d in "ab" for s in (1, 2)],
+                  rounds=[round_row(d, "r1", i, 0 if d == "b" else 3, 0 if d == "b" else 2, step_id=i + 1,
+                                    stop_reason=None if i == 0 else "eos") for d in "ab" for i in (0, 1)])
+    tables[table][1][column] = value
+    write_traces(tmp_path, **tables)
+    report_json(tmp_path)
+    ws = open_traces(tmp_path)
+    try:
+        assert rejected(ws) == expected
+    finally:
+        ws.close()

@@ -277,3 +277,20 @@ def test_a_corrupt_data_page_names_the_same_file(spark, tmp_path):
     assert (duck.exit_code, on_spark.exit_code) == (2, 2)
     prefix = f"Error: {bad}: table rounds: not readable Parquet ("
     assert duck.output.startswith(prefix) and on_spark.output.startswith(prefix)
+
+
+# ----------------------------------------------------------------------------- the rules, one case each
+
+from test_load_paths import CASES as RULE_CASES, write_case  # noqa: E402
+
+
+@pytest.mark.parametrize("table, reason, adds, expected, options", RULE_CASES)
+def test_spark_rejects_the_rows_each_rule_names(spark, tmp_path, table, reason, adds, expected, options):
+    # the third evaluation of the one definition (analyzer/ingest/rules.py): the cases of
+    # tests/test_load_paths.py, whose exact and in-place paths reject these same rows
+    traces = write_case(tmp_path / "traces", adds)
+    want = sorted((t, key, other[0] if other else reason) for t, key, *other in expected)
+    from analyzer.spark import validate
+
+    _summary, rejected = validate(str(traces))
+    assert sorted(tuple(r.values()) for r in rejected.to_pylist()) == want

@@ -10,6 +10,7 @@ values can be checked exactly.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -610,3 +611,87 @@ def test_unknown_comes_before_ambiguous_in_the_rule_order():
 
     assert load_schemas()["rounds"].rule_reasons[-5:] == (
         "unknown_deployment", "unknown_request", "unknown_step", "ambiguous_request", "ambiguous_step")
+
+
+# --------------------------------------------------------------------------- times given as text
+
+TEXT_TIMES = {"arrival_time": pa.string(), "first_token_time": pa.string(), "finish_time": pa.string()}
+
+
+def test_times_written_as_iso_text_are_read_as_utc(tmp_path):
+    # The issue's arrival: 14:00:00.010 at +02:00 is 12:00:00.010 UTC. The first token is
+    # given in Z, the finish without an offset (UTC). Steps end at 70 and 85 ms after 12:00
+    # UTC, so the gaps are 70 − 50 = 20 and 85 − 70 = 15 ms: ITL mean 17.5, TTFT 50 − 10 = 40,
+    # e2el 1000 − 10 = 990 (with the offset dropped, arrival would be two hours late).
+    write_traces(tmp_path, deployments=[deployment("a")],
+                 requests=[request("a", "r1", arrival_time="2026-11-28T14:00:00.010+02:00",
+                                   first_token_time="2026-11-28T12:00:00.050Z", finish_time="2026-11-28 12:00:01")],
+                 steps=[step("a", 1, start_ms=60.0), step("a", 2, start_ms=75.0)],
+                 rounds=[round_row("a", "r1", 0, 2, 1, step_id=1, stop_reason=None),
+                         round_row("a", "r1", 1, 2, 1, step_id=2, stop_reason="eos")],
+                 types={"requests": TEXT_TIMES})
+    runner = CliRunner()
+    shown = runner.invoke(main, ["sql", str(tmp_path), "select arrival_time, first_token_time, finish_time "
+                                 "from requests", "--format", "csv"])
+    assert shown.output == ("arrival_time,first_token_time,finish_time\n"
+                            "2026-11-28 12:00:00.010000,2026-11-28 12:00:00.050000,2026-11-28 12:00:01\n")
+    report = runner.invoke(main, ["report", str(tmp_path), "--format", "json"])
+    assert report.exit_code == 0, report.output
+    (row,) = json.loads(report.stdout)["deployments"]
+    latency = row["latency_ms"]
+    assert (latency["itl"]["mean"], latency["itl"]["max"], latency["ttft"]["mean"], latency["e2el"]["mean"]) == (
+        17.5, 20.0, 40.0, 990.0)
+    assert json.loads(report.stdout)["input"]["rejected_rows"] == 0
+
+
+@pytest.mark.parametrize("text", ["28/11/2026 14:00", "epoch", "infinity", "2026-11-28 14:00:00 Europe/Berlin",
+                                  "20261128T140000Z", "2026-11-28T14:00:00 +02:00", "2026-11-28T25:00:00Z"])
+def test_a_time_text_that_is_not_iso_8601_is_a_structural_error(tmp_path, text):
+    # DuckDB alone would read 'epoch', 'infinity' and a zone name as times; specan does not
+    write_traces(tmp_path, deployments=[deployment("a")], rounds=[round_row("a", "r1", 0, 2, 1)],
+                 requests=[request("a", "r1", arrival_time=text, first_token_time=None, finish_time=None)],
+                 types={"requests": TEXT_TIMES})
+    assert_structural_error(CliRunner().invoke(main, ["report", str(tmp_path)]), str(tmp_path / "requests.parquet"),
+                            "table requests, column arrival_time", f"value {text!r} that is not an ISO-8601 time")
+
+
+# --------------------------------------------------------------------------- a damaged data page
+
+
+def damage_column(path: Path, column: str) -> None:
+    """Overwrite the header of ``column``'s first data page: the footer still reads."""
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    offset = meta.row_group(0).column(names.index(column)).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[offset:offset + 12] = b"\xff" * 12
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("command", [["validate"], ["report"], ["sql", "select count(*) from rounds"],
+                                     ["recommend", "--deployment", "a"], ["load", "--db", "{tmp}/t.duckdb"],
+                                     ["nightly", "--date", "2026-11-28", "--out", "{tmp}/nightly"]])
+def test_a_damaged_data_page_is_exit_2_naming_the_file_whatever_the_command(tmp_path, command):
+    # deployment_id's page: the count of its nulls could be read off the footer's statistics,
+    # so only a pass that reads the values finds it before a view does
+    traces = tmp_path / "traces"
+    write_traces(traces, deployments=[deployment("a")], steps=[step("a", i) for i in range(200)])
+    write_table(traces, "rounds", {"date=2026-11-28": [round_row("a", f"r{i // 10}", i % 10, 3, 2, step_id=i,
+                                                                 stop_reason=None) for i in range(200)]})
+    bad = traces / "rounds" / "date=2026-11-28" / "part-0.parquet"
+    damage_column(bad, "deployment_id")
+    args = [command[0], str(traces)] + [a.replace("{tmp}", str(tmp_path)) for a in command[1:]]
+    line = assert_structural_error(CliRunner().invoke(main, args), f"{bad}: table rounds: not readable Parquet (")
+    assert line.startswith(f"Error: {bad}: table rounds: not readable Parquet (")
+
+
+def test_a_damaged_page_of_an_unlisted_column_is_named_when_a_query_reads_it(tmp_path):
+    # no view reads tenant_note, so the load does not decode it; the query that does names the file
+    write_traces(tmp_path, deployments=[deployment("a")],
+                 rounds=[round_row("a", f"r{i // 10}", i % 10, 3, 2, stop_reason=None, tenant_note=f"t{i}")
+                         for i in range(200)])
+    damage_column(tmp_path / "rounds.parquet", "tenant_note")
+    runner = CliRunner()
+    assert runner.invoke(main, ["sql", str(tmp_path), "select count(*) from accept_length"]).exit_code == 0
+    assert_structural_error(runner.invoke(main, ["sql", str(tmp_path), "select count(distinct tenant_note) from rounds"]),
+                            f"{tmp_path / 'rounds.parquet'}: table rounds: not readable Parquet (")

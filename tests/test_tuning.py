@@ -72,6 +72,7 @@ class Traces:
         self.steps = {k: [] for k in ("deployment_id", "step_id", "start_time", "duration_ms", "batch_size",
                                       "num_prefill_tokens")}
         self.next_step = {}
+        self.clock_ms = {}
 
     def deployment(self, deployment_id, method="eagle", gamma=8, **extra):
         self.deployments.append({"deployment_id": deployment_id, "model": "m", "method": method,
@@ -97,7 +98,11 @@ class Traces:
             self.rounds["num_verified_nodes"].append(r[3] if len(r) > 3 else None)
         self.steps["deployment_id"].append(deployment_id)
         self.steps["step_id"].append(sid)
-        self.steps["start_time"].append(at(sid))
+        # a deployment's steps run one after another, as an engine's do: a step starts when the
+        # previous one ends (so no round's step ends before its request's previous one)
+        start_ms = self.clock_ms.get(deployment_id, 0.0)
+        self.clock_ms[deployment_id] = start_ms + float(duration_ms)
+        self.steps["start_time"].append(at(start_ms))
         self.steps["duration_ms"].append(float(duration_ms))
         self.steps["batch_size"].append(len(rounds))
         self.steps["num_prefill_tokens"].append(prefill)

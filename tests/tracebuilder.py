@@ -105,9 +105,11 @@ def request(deployment_id: str, request_id: str, arrival=0.0, first=10.0, finish
 
 def step(deployment_id: str, step_id: int, duration_ms: float = 10.0, batch_size: int = 1,
          start_ms: float | None = None, **extra) -> dict:
-    """A valid step (10 ms, one request, starting at ``step_id`` ms unless ``start_ms`` is given)."""
+    """A valid step (10 ms, one request, starting at ``step_id`` seconds unless ``start_ms`` is
+    given: a second apart, steps of different lengths still end in step_id order, as the rule
+    round_out_of_order expects of a request's rounds)."""
     return {"deployment_id": deployment_id, "step_id": step_id,
-            "start_time": at(step_id if start_ms is None else start_ms),
+            "start_time": at(1000.0 * step_id if start_ms is None else start_ms),
             "duration_ms": duration_ms, "batch_size": batch_size, **extra}
 
 

@@ -29,6 +29,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..errors import InputProblem, InternalError
+from ..ingest.rules import RoundAggregates
 from ..resources import resource_dir
 from . import buckets
 from .config import Config
@@ -42,6 +43,10 @@ SCALEOUT_FILE = "scaleout.toml"
 INPUT_TABLES = frozenset({"deployments", "requests", "steps", "rounds", "intervals"})
 
 DEFAULT_REPEAT_N = 3
+
+# The views that are the rounds' aggregates the loader's in-place strategy counts the
+# rules that read other rows from (analyzer/ingest/rules.py, RoundAggregates).
+ROUND_AGGREGATES = RoundAggregates(per_request="request_rounds", per_step="step_rounds")
 
 
 class ViewError(InternalError):

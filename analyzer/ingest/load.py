@@ -1,20 +1,24 @@
 """Read a trace directory into DuckDB: find the files, check their structure,
 apply the row rules, and build the clean tables.
 
-The flow, per table in the order deployments, requests, steps, rounds:
+The flow, per table in the order deployments, requests, steps, rounds, intervals:
 
 1. ``discover`` finds ``TRACES/<table>.parquet`` or ``TRACES/<table>/**/*.parquet``
    and reads every file's Parquet footer (cheap: no data pages).
 2. ``check_structure`` raises ``StructuralError`` for unreadable files, missing
    required tables or columns, and values that cannot be cast to the declared
    type. These stop the run: nothing can be analysed correctly from such input.
-3. One scan per table casts every column into a raw table (``_raw_<table>``),
-   with defaults applied and NaN/inf read as null.
-4. The row rules (``analyzer.rules``) pick out the rejected rows; the rest
-   become the clean table that every view reads.
+3. The row rules, as ``analyzer.ingest.rules`` defines them once, by one of two
+   strategies: ``load_exactly`` (one scan casts the files into ``_raw_<table>``,
+   with defaults applied and NaN/inf read as null; the classification picks out
+   the rejected rows; the rest become the clean table), or for the rounds of a
+   report ``read_in_place`` then ``confirm_in_place`` (no copy: counts that are
+   zero exactly when no row breaks a rule, else the exact strategy).
 
-The SQL text itself lives in ``analyzer.rules`` (rules) and ``sql/`` (views);
-this module decides *what* to build from the files it finds.
+The SQL text itself lives in ``analyzer.ingest.rules`` (rules) and ``sql/`` (views);
+this module decides *what* to build from the files it finds. It reads no view of
+``sql/``: the in-place strategy is handed the rounds' aggregates it counts from
+(``rules.RoundAggregates``).
 """
 
 from __future__ import annotations
@@ -29,13 +33,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import InputProblem, InternalError
+from ..errors import InputProblem, InternalError, first_line
 from . import rules
 from .schema import TABLE_ORDER, TableSchema, load_schemas
 
 Progress = Callable[[str], None]
 
-_PARTITION_SEGMENT = re.compile(r"^([^=/]+)=(.*)$")
 
 
 class StructuralError(InputProblem):
@@ -82,8 +85,8 @@ class LoadSummary:
     rows_clean: dict[str, int]
     present: dict[str, bool]
     rejected: dict[str, dict[str, int]]
-    # rounds loaded as a view whose key rules are not yet confirmed (see confirm_rounds)
-    pending: tuple | None = field(default=None, repr=False, compare=False)
+    # rounds read in place whose rules that read other rows are not yet counted (confirm_in_place)
+    pending: RoundsInPlace | None = field(default=None, repr=False, compare=False)
     notes: list[str] = field(default_factory=list)   # about the input, e.g. entries that are not tables
     found: dict | None = field(default=None, repr=False, compare=False)  # the files read, per table
 
@@ -109,15 +112,16 @@ def _table_paths(traces: Path, table: str) -> tuple[Path | None, list[Path]]:
     return None, []
 
 
+_PARTITION_SEGMENT = re.compile(r"^([^=/]+)=(.*)$")
+
+
+def partition_values(folders) -> dict[str, str]:
+    """The Hive partition values of a file below a table's folder: ``key=value`` folder names."""
+    return {m.group(1): m.group(2) for segment in folders if (m := _PARTITION_SEGMENT.match(segment))}
+
+
 def _partitions_of(path: Path, root: Path | None) -> dict[str, str]:
-    if root is None:
-        return {}
-    found = {}
-    for segment in path.relative_to(root).parts[:-1]:
-        match = _PARTITION_SEGMENT.match(segment)
-        if match:
-            found[match.group(1)] = match.group(2)
-    return found
+    return {} if root is None else partition_values(path.relative_to(root).parts[:-1])
 
 
 def discover(traces: Path, date: str | None = None, tables: tuple[str, ...] = TABLE_ORDER) -> dict[str, TableFiles]:
@@ -145,7 +149,7 @@ def discover(traces: Path, date: str | None = None, tables: tuple[str, ...] = TA
             try:
                 entry.file_schemas[path] = pq.read_schema(path)
             except (pa.ArrowException, OSError) as exc:
-                raise StructuralError(path, table, None, f"not readable Parquet ({_first_line(exc)})") from None
+                raise StructuralError(path, table, None, f"not readable Parquet ({first_line(exc)})") from None
             entry.files.append(path)
             for key in entry.file_partitions[path]:
                 if key not in entry.partitions:
@@ -175,12 +179,6 @@ def unknown_entries(traces: Path) -> list[str]:
         notes.append(f"{entry.name}{'/' if entry.is_dir() else ''} in {traces} is not a trace table "
                      f"and was not read{hint}")
     return notes
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return "".join(ch if ch.isprintable() else "?" for ch in line)
 
 
 # ----------------------------------------------------------------------------
@@ -244,14 +242,27 @@ def _check_cast(con, path: Path, table: str, column: str, declared: str, arrow_t
         bad = con.execute(sql, [str(path)]).fetchone()
     except duckdb.Error as exc:
         raise StructuralError(path, table, column,
-                              f"expected {declared}, found {arrow_type} ({_first_line(exc)})") from None
+                              f"expected {declared}, found {arrow_type} ({first_line(exc)})") from None
     if bad is not None:
-        raise StructuralError(path, table, column,
-                              f"expected {declared}, found {arrow_type} value {bad[0]!r} that cannot be cast")
+        raise uncastable(path, table, column, declared, arrow_type, bad[0])
+
+
+def uncastable(path, table: str, column: str, declared: str, arrow_type, value) -> StructuralError:
+    """The structural error of a value that does not convert to its column's declared type."""
+    what = "is not an ISO-8601 time" if declared == "TIMESTAMP" else "cannot be cast"
+    return StructuralError(path, table, column, f"expected {declared}, found {arrow_type} value {value!r} that {what}")
 
 
 # ----------------------------------------------------------------------------
-# 3 + 4. build raw and clean tables
+# 3 + 4. build raw and clean tables: the row rules, exactly or in place
+
+
+@dataclass(frozen=True)
+class RoundsInPlace:
+    """Rounds read in place whose rules that read other rows are not yet counted."""
+
+    found: dict[str, TableFiles]
+    plan: rules.TablePlan
 
 
 def load_traces(
@@ -260,15 +271,16 @@ def load_traces(
     *,
     date: str | None = None,
     progress: Progress | None = None,
-    rounds_as_view: bool = False,
+    rounds_in_place: bool = False,
 ) -> LoadSummary:
     """Build the clean tables, ``rejected_rows`` and the metadata tables in ``con``.
 
-    With ``rounds_as_view`` the rounds are not copied: ``rounds`` is a view over
-    the Parquet files as long as one counting pass finds no row that breaks a row
-    rule. Duplicate keys and unknown parents are then still unconfirmed: the
-    caller builds the aggregates and calls ``confirm_rounds``, which falls back to
-    the copying path (``_load_rounds_exactly``) when they find any.
+    Every table takes the exact strategy (``load_exactly``) except, with
+    ``rounds_in_place``, the rounds: then ``rounds`` is a view over the Parquet
+    files as long as one pass finds no row that breaks a rule that reads the row
+    alone. The rules that read other rows are then still to be counted: the caller
+    builds the rounds' aggregates and calls ``confirm_in_place``, which takes the
+    exact strategy when a count is not zero.
     """
     say = progress or (lambda _msg: None)
     con.execute("set TimeZone = 'UTC'")
@@ -276,113 +288,118 @@ def load_traces(
     say("checking structure")
     check_structure(con, found)
     schemas = load_schemas()
-    copied = [t for t in TABLE_ORDER if not (rounds_as_view and t == "rounds")]
-
-    for table in copied:
-        entry = found[table]
-        say(f"reading {table} ({len(entry.files)} file{'s' if len(entry.files) != 1 else ''})")
-        _execute(con, rules.raw_table_sql(schemas[table], _plan(entry, schemas[table], found)), entry)
-
-    rejected: dict[str, dict[str, int]] = {}
-    rows_read: dict[str, int] = {}
     con.execute("create or replace table rejected_rows (table_name varchar, row_key varchar, reason varchar)")
-    for table in copied:
-        say(f"applying row rules to {table}")
-        rows_read[table], rejected[table] = _apply_rules(con, schemas[table], _plan(found[table], schemas[table], found))
-    # Every table's rules are applied before any is cleaned: unknown_* reads parents as read.
-    for table in copied:
-        _clean(con, schemas[table], _plan(found[table], schemas[table], found))
-
-    pending = False
-    if rounds_as_view:
-        schema, plan = schemas["rounds"], _plan(found["rounds"], schemas["rounds"], found)
-        say(f"reading rounds ({len(found['rounds'].files)} files, in place: counting row-rule breaks)")
-        _execute(con, rules.raw_table_sql(schema, plan, view="rounds"), found["rounds"])
-        total, breaking = _execute(con, rules.row_rule_count_sql(schema, plan, "rounds"), found["rounds"]).fetchone()
-        rows_read["rounds"], rejected["rounds"] = total, {}
-        if breaking:
-            say(f"{breaking} rounds break a row rule: copying the rounds to reject them")
-            rows_read["rounds"], rejected["rounds"] = _load_rounds_exactly(con, found, schemas)
+    rows_read: dict[str, int] = {}
+    rejected: dict[str, dict[str, int]] = {}
+    pending = None
+    # In order: a table's rules read its parents as read (their clean rows and the
+    # rejected copies) and the clean steps (round_out_of_order).
+    for table in TABLE_ORDER:
+        entry, schema = found[table], schemas[table]
+        plan = table_plan(entry, schema, found)
+        if table == "rounds" and rounds_in_place and entry.present:
+            say(f"reading rounds ({len(entry.files)} files, in place: counting row-rule breaks)")
+            rows_read[table], breaking = read_in_place(con, schema, plan, entry)
+            rejected[table] = {}
+            if not breaking:
+                pending = RoundsInPlace(found, plan)
+                continue
+            say("rounds break a row rule (" + ", ".join(f"{r} {n}" for r, n in breaking.items())
+                + "): copying the rounds to reject them")
         else:
-            pending = found["rounds"].present
+            say(f"reading {table} ({len(entry.files)} file{'s' if len(entry.files) != 1 else ''})")
+        rows_read[table], rejected[table] = load_exactly(con, schema, plan, entry, say)
 
     rows_clean = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLE_ORDER}
     _write_metadata(con, found, schemas, rows_read, rows_clean)
     _load_import_notes(con, Path(traces))
     summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected,
                           notes=unknown_entries(Path(traces)), found=found)
-    summary.pending = (found, schemas) if pending else None
+    summary.pending = pending
     return summary
 
 
-def _apply_rules(con, schema: TableSchema, plan: rules.TablePlan,
-                 parents: dict[str, str] | None = None) -> tuple[int, dict[str, int]]:
-    """Find a copied table's rejected rows: ``(rows read, rejected rows by reason)``."""
+def rule_inputs(schema: TableSchema) -> rules.RuleInputs:
+    """Where the exact strategy classifies a table: its copy, and the parents loaded before it."""
+    parents = {ref.table for ref in schema.references}
+    return rules.RuleInputs(rows=f"_raw_{schema.table}",
+                            parents={p: rules.parents_as_read_sql(p) for p in parents},
+                            clean={"steps": "steps"} if schema.table == "rounds" else {})
+
+
+def load_exactly(con, schema: TableSchema, plan: rules.TablePlan, entry: TableFiles,
+                 progress: Progress | None = None) -> tuple[int, dict[str, int]]:
+    """The exact strategy: copy the table's rows, materialise their classification, keep
+    the rejected rows aside and the rest as the clean table. ``(rows read, rejected by reason)``."""
     table = schema.table
+    con.execute(f"drop view if exists {table}")
+    _execute(con, rules.raw_table_sql(schema, plan), entry)
     rows = con.execute(f"select count(*) from _raw_{table}").fetchone()[0]
-    con.execute(rules.rejected_sql(schema, plan, parents))
+    if progress:
+        progress(f"applying row rules to {table}")
+    _execute(con, rules.rejected_sql(schema, plan, rule_inputs(schema)), entry)
     con.execute(f"insert into rejected_rows select table_name, row_key, reason from _rejected_{table}")
-    return rows, dict(con.execute(
+    by_reason = dict(con.execute(
         f"select reason, count(*) from _rejected_{table} group by reason order by reason").fetchall())
-
-
-def _clean(con, schema: TableSchema, plan: rules.TablePlan) -> None:
     for statement in rules.clean_table_sql(schema, plan):
         con.execute(statement)
-    con.execute(f"drop table _rejected_{schema.table}")
+    con.execute(f"drop table _rejected_{table}")
+    return rows, by_reason
 
 
-def _load_rounds_exactly(con, found: dict[str, TableFiles], schemas) -> tuple[int, dict[str, int]]:
-    """Copy the rounds, reject rows exactly as the row rules say, keep the rest as ``rounds``."""
-    schema, entry = schemas["rounds"], found["rounds"]
-    plan = _plan(entry, schema, found)
-    con.execute("drop view if exists rounds")
-    _execute(con, rules.raw_table_sql(schema, plan), entry)
-    # The parents are clean by now: as read, they are their clean rows plus the rejected copies.
+def read_in_place(con, schema: TableSchema, plan: rules.TablePlan, entry: TableFiles) -> tuple[int, dict[str, int]]:
+    """The in-place strategy's first half: ``<table>`` becomes a view over the files, and one
+    pass counts the rows breaking each rule that reads the row alone. ``(rows, the
+    non-zero counts by reason)``. The pass decodes every listed column, so a damaged
+    data page is found here, naming its file."""
+    _execute(con, rules.raw_table_sql(schema, plan, view=schema.table), entry)
+    result = _execute(con, rules.row_pass_sql(schema, plan, schema.table), entry)
+    names = [d[0] for d in result.description]
+    counts = dict(zip(names, result.fetchone()))
+    total = counts.pop("rows")
+    return total, {reason: n for reason, n in counts.items() if n}
+
+
+def in_place_counts(con: duckdb.DuckDBPyConnection, pending: RoundsInPlace,
+                    aggregates: rules.RoundAggregates) -> dict[str, int]:
+    """The in-place strategy's second half: per rule of the rounds that reads other rows,
+    the count ``rules.in_place_witness_sql`` reads off ``aggregates`` (zero exactly when
+    no round breaks it). The non-zero ones, by reason."""
+    schema = load_schemas()["rounds"]
     parents = {ref.table: rules.parents_as_read_sql(ref.table) for ref in schema.references}
-    result = _apply_rules(con, schema, plan, parents)
-    _clean(con, schema, plan)
-    return result
-
-
-def unconfirmed_rounds(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]) -> dict[str, int]:
-    """What the row rules not yet applied to the uncopied rounds would find, from the
-    aggregates (request_rounds, step_rounds): duplicate keys, parents that were never
-    read, and join keys that several parents share (their own keys differ by a
-    partition the rounds do not have). Each count is an upper bound; only zero
-    everywhere confirms the rounds."""
-    def parent_shared(relation: str, uid: str, parent: str) -> int:
-        own = ", ".join(rules.q(c) for c in _own_key(parent, found))
-        return con.execute(
-            f"select count(*) from {relation} as r where r.{uid} in (select {uid} "
-            f"from {rules.parents_as_read_sql(parent)} group by {uid} having count(distinct ({own}, 0)) > 1)"
-        ).fetchone()[0]
-
-    def parent_missing(relation: str, uid: str, parent: str) -> int:
-        return con.execute(
-            f"select count(*) from {relation} as r where r.{uid} is not null "
-            f"and r.{uid} not in (select {uid} from {rules.parents_as_read_sql(parent)})").fetchone()[0]
-
-    present = dict(con.execute("select table_name, present from trace_tables").fetchall())
-    counts = {
-        "duplicate_key": con.execute("select count(*) from request_rounds where has_duplicate_round is not false").fetchone()[0],
-        "unknown_deployment": con.execute(
-            "select count(*) from (select distinct deployment_id from request_rounds) as r "
-            f"where r.deployment_id not in (select deployment_id from {rules.parents_as_read_sql('deployments')})"
-        ).fetchone()[0],
-    }
-    if present.get("requests"):
-        counts["unknown_request"] = parent_missing("request_rounds", "request_uid", "requests")
-        counts["ambiguous_request"] = parent_shared("request_rounds", "request_uid", "requests")
-    if present.get("steps"):
-        counts["unknown_step"] = parent_missing("step_rounds", "step_uid", "steps")
-        counts["ambiguous_step"] = parent_shared("step_rounds", "step_uid", "steps")
+    counts = {}
+    for rule in rules.table_rules(schema, pending.plan):
+        if rule.reads != "row":
+            counts[rule.reason] = con.execute(
+                rules.in_place_witness_sql(schema, pending.plan, rule, aggregates, parents)).fetchone()[0]
     return {reason: n for reason, n in counts.items() if n}
 
 
+def confirm_in_place(con: duckdb.DuckDBPyConnection, summary: LoadSummary, aggregates: rules.RoundAggregates,
+                     progress: Progress | None = None) -> bool:
+    """Settle rounds read in place, once ``aggregates`` exist. Returns True when some rule
+    may be broken and the rounds took the exact strategy (then every relation built
+    from them must be built again)."""
+    pending, summary.pending = summary.pending, None
+    if pending is None:
+        return False
+    breaking = in_place_counts(con, pending, aggregates)
+    if not breaking:
+        return False
+    if progress:
+        progress("rounds may break a rule that reads other rows (" + ", ".join(f"{r} {n}" for r, n in breaking.items())
+                 + "): copying the rounds to reject them")
+    found, schemas = pending.found, load_schemas()
+    summary.rows_read["rounds"], summary.rejected["rounds"] = load_exactly(
+        con, schemas["rounds"], pending.plan, found["rounds"], progress)
+    summary.rows_clean["rounds"] = con.execute("select count(*) from rounds").fetchone()[0]
+    _write_metadata(con, found, schemas, summary.rows_read, summary.rows_clean)
+    return True
+
+
 # The link keys: (parent table, its uid, the id it stands for, the aggregate of the rounds by it)
-LINKS = (("requests", "request_uid", "request_id", "request_rounds"),
-         ("steps", "step_uid", "step_id", "step_rounds"))
+LINKS = (("requests", "request_uid", "request_id", "per_request"),
+         ("steps", "step_uid", "step_id", "per_step"))
 
 
 def parent_collision_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
@@ -403,48 +420,26 @@ def collision(uid: str, value, parent: str) -> InternalError:
                          "which every number would merge; nothing is reported (please report this)")
 
 
-def check_link_keys(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]) -> None:
+def check_link_keys(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles],
+                    aggregates: rules.RoundAggregates | None = None) -> None:
     """The 64-bit link keys (request_uid, step_uid) must each stand for one key.
 
     Parents: exactly one join key per uid. Rounds: one id per uid within a
-    deployment, read off the aggregates (request_rounds, step_rounds) where they
-    exist. A collision is astronomically rare, but it would merge two requests or
-    steps silently, so it stops the run as an internal error (exit 3)."""
-    for parent, uid, column, aggregate in LINKS:
+    deployment, read off ``aggregates`` when there are (not under validate). A
+    collision is astronomically rare, but it would merge two requests or steps
+    silently, so it stops the run as an internal error (exit 3)."""
+    for parent, uid, column, holder in LINKS:
         hit = None
         if found[parent].present:
             hit = con.execute(parent_collision_sql(found, parent, uid, column,
                                                    rules.parents_as_read_sql(parent))).fetchone()
-        if hit is None:
-            try:    # the aggregates exist once the views do (not under validate)
-                hit = con.execute(aggregate_collision_sql(uid, aggregate)).fetchone()
-            except duckdb.CatalogException:
-                pass
+        if hit is None and aggregates is not None:
+            hit = con.execute(aggregate_collision_sql(uid, getattr(aggregates, holder))).fetchone()
         if hit is not None:
             raise collision(uid, hit[0], parent)
 
 
-def confirm_rounds(con: duckdb.DuckDBPyConnection, summary: LoadSummary,
-                   progress: Progress | None = None) -> bool:
-    """Settle rounds loaded as a view. Returns True when they had to be copied and
-    filtered (then every aggregate built from them must be built again)."""
-    if summary.pending is None:
-        return False
-    found, schemas = summary.pending
-    summary.pending = None
-    suspects = unconfirmed_rounds(con, found)
-    if not suspects:
-        return False
-    if progress:
-        progress("rounds may break a key rule (" + ", ".join(f"{r} {n}" for r, n in suspects.items())
-                 + "): copying the rounds to reject them")
-    summary.rows_read["rounds"], summary.rejected["rounds"] = _load_rounds_exactly(con, found, schemas)
-    summary.rows_clean["rounds"] = con.execute("select count(*) from rounds").fetchone()[0]
-    _write_metadata(con, found, schemas, summary.rows_read, summary.rows_clean)
-    return True
-
-
-def _plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) -> rules.TablePlan:
+def table_plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) -> rules.TablePlan:
     """What the SQL builders need to know about this table's files."""
     def shared(other: str) -> tuple[str, ...]:
         if other == "deployments" or schema.table == "deployments":
@@ -453,6 +448,8 @@ def _plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) 
         return tuple(sorted(p for p in entry.partitions if p in found[other].partitions))
 
     present = entry.columns_anywhere
+    text = {c for path in entry.files for c in schema.column_names
+            if c in entry.file_schemas[path].names and _is_text(entry.file_schemas[path].field(c).type)}
     return rules.TablePlan(
         table=schema.table,
         files=tuple(str(p) for p in entry.files),
@@ -463,7 +460,14 @@ def _plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) 
         shared_partitions={t: shared(t) for t in found},
         stop_reason_anywhere="stop_reason" in present if schema.table == "rounds" else True,
         parent_keys={ref.table: _own_key(ref.table, found) for ref in schema.references},
+        text_columns=frozenset(text),
     )
+
+
+def _is_text(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
 
 
 def _own_key(table: str, found: dict[str, TableFiles]) -> tuple[str, ...]:
@@ -478,20 +482,34 @@ def _execute(con, sql: str, entry: TableFiles):
     except (duckdb.OutOfMemoryException, duckdb.InterruptException):
         raise           # the machine's limits, not the input's fault (exit 3)
     except duckdb.Error as exc:
-        culprit = _unreadable_file(con, entry)
+        culprit = unreadable_file(con, entry)
         if culprit is None:
             raise       # every file decodes: the failure is not the input's (exit 3)
-        raise StructuralError(culprit, entry.table, None, f"not readable Parquet ({_first_line(exc)})") from None
+        raise StructuralError(culprit, entry.table, None, f"not readable Parquet ({first_line(exc)})") from None
 
 
-def _unreadable_file(con, entry: TableFiles) -> Path | None:
-    """The first file whose data pages cannot be decoded (only called after a failed scan)."""
-    for path in entry.files:
-        try:
-            con.execute("select max(hash(t)) from read_parquet(?) as t", [str(path)]).fetchall()
-        except duckdb.Error:
-            return path
+def decode_error(con, path: str | Path) -> str | None:
+    """Why the data pages of the Parquet file ``path`` cannot be decoded (None: they can)."""
+    try:
+        con.execute("select max(hash(t)) from read_parquet(?) as t", [str(path)]).fetchall()
+    except duckdb.Error as exc:
+        return first_line(exc)
     return None
+
+
+def unreadable_file(con, entry: TableFiles) -> Path | None:
+    """The first file of ``entry`` whose data pages cannot be decoded (to call after a failed read)."""
+    return next((path for path in entry.files if decode_error(con, path) is not None), None)
+
+
+def name_unreadable_input(con, found: dict[str, TableFiles]) -> None:
+    """After a failed query over tables read in place: raise the StructuralError naming the
+    first file whose data pages cannot be decoded, if there is one (else return)."""
+    for entry in found.values():
+        for path in entry.files:
+            problem = decode_error(con, path)
+            if problem is not None:
+                raise StructuralError(path, entry.table, None, f"not readable Parquet ({problem})")
 
 
 def _write_metadata(con, found, schemas, rows_read, rows_clean) -> None:

@@ -1,16 +1,34 @@
-"""SQL for the raw → clean step: casts, defaults and the row rules.
+"""SQL for the raw → clean step: casts, defaults, and the row rules, defined once.
 
 Every statement here is generated from a table's schema (``schemas/*.json``)
 and a ``TablePlan`` describing the files actually found, because the columns
 present and the Hive partition columns are only known at load time.
 
-Row rules, per docs/trace-format.md:
+The row rules (docs/trace-format.md, "Row rules") have one definition:
+``classification_sql``, every row of a table with the first rule it breaks
+(``_reason``; null: the row is clean). ``table_rules`` lists the rules in the
+order they are applied:
 
 - ``null_required`` first, then ``duplicate_key`` among the remaining rows
-  (every copy is rejected), then ``negative_count``, the table's own rules and
-  the ``unknown_*`` references, in the order listed in the schema.
-- A rejected row is recorded once, under the first rule it breaks.
-- ``unknown_*`` looks the parent key up among *all* parent rows as read.
+  (every copy is rejected; identical ``deployments`` rows are one row), then
+  ``negative_count``, the table's own rules in the order listed in the schema,
+  the ``unknown_*`` references and the ``ambiguous_*`` ones.
+- ``unknown_*`` and ``ambiguous_*`` look the parent key up among *all* parent
+  rows as read; ``round_out_of_order`` reads the end times of clean steps.
+
+Each loading path is a way of evaluating that one definition (docs/sql.md,
+"How the row rules are applied"):
+
+- exact (DuckDB, ``ingest.load``): the rows are copied, the classification is
+  materialised (``rejected_sql``) and the rejected rows deleted;
+- in place (DuckDB, the rounds of a report): nothing is copied. The rules that
+  read the row alone are counted in one pass over the files, with the
+  classification's own conditions (``row_pass_sql``); each rule that reads other
+  rows is counted from aggregates of the rounds that the views build anyway
+  (``in_place_witness_sql``). Every count is zero exactly when no row breaks the
+  rule, so zero everywhere means the classification finds nothing; any other
+  count sends the rounds down the exact path;
+- Spark: the classification transpiled (``analyzer.spark.load``).
 
 Join keys: a partition column is part of its table's key, and a join between
 two tables also matches every partition column they share. The clean tables
@@ -21,6 +39,7 @@ of how a trace directory happens to be partitioned.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .schema import TableSchema
@@ -36,6 +55,12 @@ DECLARED_TO_DUCKDB = {
     "BIGINT[]": "bigint[]",
 }
 
+# A time written as text: ISO-8601's extended format (a space may stand for the T),
+# optionally with an offset (Z, ±hh, ±hhmm, ±hh:mm). DuckDB would also read 'epoch',
+# 'infinity' and zone names, which are not times a trace should hold.
+ISO_8601 = ("^[0-9]{4}-[0-9]{2}-[0-9]{2}"
+            "([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]+)?)?(Z|[+-][0-9]{2}(:?[0-9]{2})?)?)?$")
+
 
 @dataclass(frozen=True)
 class TablePlan:
@@ -49,6 +74,8 @@ class TablePlan:
     stop_reason_anywhere: bool = True
     # each parent's own key as read: its key columns and all of its partition columns
     parent_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # listed columns that some file stores as text (a time given as a string)
+    text_columns: frozenset[str] = frozenset()
 
 
 # Columns the loader adds. An input column of the same name is kept as input_<name>.
@@ -79,6 +106,11 @@ def uncastable_value_sql(column: str, declared: str) -> str:
     """One value of ``column`` in the file given as parameter that does not fit ``declared``."""
     target = DECLARED_TO_DUCKDB[declared]
     c = q(column)
+    if declared == "TIMESTAMP":
+        # only a text column gets here (a timestamp or date always converts): it must be ISO-8601
+        return (f"select cast({c} as varchar) from read_parquet(?) where {c} is not null and "
+                f"(not regexp_matches(cast({c} as varchar), {lit(ISO_8601)}) "
+                f"or try_cast(cast({c} as varchar) as timestamptz) is null) limit 1")
     lossy = ""
     # A count stored as 3.5 would be silently rounded by a cast.
     if declared in ("INTEGER", "BIGINT"):
@@ -93,8 +125,12 @@ def uncastable_value_sql(column: str, declared: str) -> str:
 # --------------------------------------------------------------------------- raw tables
 
 
-def _cast(name: str, declared: str) -> str:
+def _cast(name: str, declared: str, as_text: bool) -> str:
     target = DECLARED_TO_DUCKDB[declared]
+    if declared == "TIMESTAMP" and as_text:
+        # text is ISO-8601 (checked with the structure): an offset is converted to UTC, none
+        # means UTC (the session's time zone, on both engines)
+        return f"cast(cast(cast({q(name)} as varchar) as timestamptz) as timestamp)"
     expr = f"cast({q(name)} as {target})"
     if declared == "DOUBLE":
         # NaN and ±inf are read as null (docs/trace-format.md).
@@ -107,7 +143,7 @@ def _column_exprs(schema: TableSchema, plan: TablePlan) -> dict[str, str]:
     for column in schema.columns:
         target = DECLARED_TO_DUCKDB[column.type]
         if column.name in plan.present_columns:
-            expr = _cast(column.name, column.type)
+            expr = _cast(column.name, column.type, column.name in plan.text_columns)
         else:
             expr = f"cast(null as {target})"
         if column.default is not None:
@@ -172,7 +208,42 @@ def raw_table_sql(schema: TableSchema, plan: TablePlan, *, view: str | None = No
     return f"create or replace {target} as {raw_select_sql(schema, plan, source)}"
 
 
-# --------------------------------------------------------------------------- row rules
+# --------------------------------------------------------------------------- the row rules
+
+
+@dataclass(frozen=True)
+class RuleInputs:
+    """Where a table's classification reads what is not its own row.
+
+    ``rows``: the table's rows as read, typed (``raw_select_sql``); ``parents``: each
+    parent table as read, its rejected rows included; ``clean``: each parent's clean
+    rows (the steps whose end times order a request's rounds)."""
+
+    rows: str
+    parents: Mapping[str, str] = field(default_factory=dict)
+    clean: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RowRule:
+    """One rule as the classification applies it: ``when condition then reason``.
+
+    ``reads`` says what the condition needs besides the row (and so how the in-place
+    strategy counts it): ``row`` (the row alone), ``duplicates`` (the table's other rows
+    with its key), ``order`` (the request's earlier rounds and their steps),
+    ``parent`` or ``ambiguous`` (the parent table ``parent`` as read)."""
+
+    reason: str
+    condition: str
+    reads: str = "row"
+    parent: str | None = None
+
+
+# Columns a schema's rule may name besides the table's own; the classification adds
+# them to the rows when a rule names them. Each is computed from other rows.
+IMPLICIT_STOP = "_implicit_stop_round"   # rounds without any stop_reason column: the request's last round
+STEP_END = "_step_end_us"                # the end of the round's clean step (µs since the epoch)
+EARLIER_STEP_END = "_earlier_step_end_us"   # the latest such end among the request's lower round_idx
 
 
 def _key_columns(schema: TableSchema, plan: TablePlan) -> tuple[str, ...]:
@@ -190,131 +261,131 @@ def _null_required(schema: TableSchema) -> str:
     return " or ".join(f"r.{q(c)} is null" for c in schema.required_columns)
 
 
-def parents_as_read_sql(table: str) -> str:
-    """A parent table as read, once it is clean: its clean rows and the copies of its rejected ones."""
-    return f"(select * from {table} union all by name select * from _rejected_copy_{table})"
+def _reads(rule_sql: str) -> str:
+    return "order" if EARLIER_STEP_END in rule_sql or STEP_END in rule_sql else "row"
 
 
-def rejected_sql(schema: TableSchema, plan: TablePlan, parents: dict[str, str] | None = None) -> str:
-    """``_rejected_<table>(table_name, row_key, reason, _specan_row)``: one row per rejected row.
-
-    ``parents`` maps a parent table to the relation that holds it as read
-    (default ``_raw_<parent>``, while it is not yet clean).
-    """
-    ctes, joins, cases = _rule_parts(schema, plan, parents or {}, row_ids=True)
-    return (
-        f"create or replace table _rejected_{schema.table} as\nwith " + ",\n".join(ctes) + "\n"
-        f"select * from (\n  select {lit(schema.table)} as table_name, {_row_key(schema, plan)} as row_key,\n"
-        "    case\n      " + "\n      ".join(cases) + "\n    end as reason,\n    r._specan_row\n"
-        "  from r\n  " + "\n  ".join(joins) + "\n) where reason is not null"
-    )
-
-
-def classified_sql(schema: TableSchema, plan: TablePlan) -> str:
-    """Every row of ``_raw_<table>`` with ``_row_key`` and ``_reason`` (null: clean), by
-    the same rules as ``rejected_sql``. For engines without row ids (Spark): the
-    clean rows and the rejected ones are two filters of this one relation."""
-    ctes, joins, cases = _rule_parts(schema, plan, {}, row_ids=False)
-    return (
-        "with " + ",\n".join(ctes) + "\n"
-        f"select r.*, {_row_key(schema, plan)} as _row_key,\n"
-        "  case\n    " + "\n    ".join(cases) + "\n  end as _reason\n"
-        "from r\n" + "\n".join(joins)
-    )
-
-
-def _rule_parts(schema: TableSchema, plan: TablePlan, parents: dict[str, str],
-                row_ids: bool) -> tuple[list[str], list[str], list[str]]:
-    """The CTEs, joins and ``when ... then reason`` cases of the table's row rules."""
+def table_rules(schema: TableSchema, plan: TablePlan) -> list[RowRule]:
+    """The table's row rules, in the order they are applied."""
+    rules = [RowRule("null_required", _null_required(schema))]
     if schema.merge_identical_rows:
-        return _merged_rule_parts(schema, row_ids)
-    keys = _key_columns(schema, plan)
-    null_required = _null_required(schema)
-    row_id = ", rowid as _specan_row" if row_ids else ""
-    ctes = [f"r as (select *{row_id} from _raw_{schema.table})"]
-    if any("_implicit_stop_round" in rule.when for rule in schema.rules):
-        ctes[0] = _implicit_stop_cte(schema, plan, row_ids=row_ids)
-    # Duplicates: group by one 64-bit hash of the key first (cheap even over string keys),
-    # then compare the real keys only among rows whose hash repeats.
-    key_hash = "hash(" + ", ".join(f"r.{q(k)}" for k in keys) + ")"
-    ctes.append(f"dup_hash as (select {key_hash} as _h from r where not ({null_required}) "
-                f"group by 1 having count(*) > 1)")
-    ctes.append(
-        "dup as (select " + ", ".join(f"r.{q(k)} as _k{i}" for i, k in enumerate(keys))
-        + f", true as _dup from r semi join dup_hash on {key_hash} = dup_hash._h "
-        + f"where not ({null_required}) group by all having count(*) > 1)")
-    joins = ["left join dup on " + " and ".join(f"r.{q(k)} = dup._k{i}" for i, k in enumerate(keys))]
-    cases = [f"when {null_required} then 'null_required'", "when dup._dup then 'duplicate_key'"]
+        rules.append(RowRule("duplicate_key", "variants._n > 1", "duplicates"))
+    else:
+        rules.append(RowRule("duplicate_key", "dup._dup", "duplicates"))
     if schema.negative_count and schema.count_columns:
-        cases.append("when " + " or ".join(f"r.{q(c)} < 0" for c in schema.count_columns)
-                     + " then 'negative_count'")
-    for rule in schema.rules:
-        cases.append(f"when {rule.when} then {lit(rule.reason)}")
+        rules.append(RowRule("negative_count", " or ".join(f"r.{q(c)} < 0" for c in schema.count_columns)))
+    rules += [RowRule(rule.reason, rule.when, _reads(rule.when)) for rule in schema.rules]
     ambiguous = []
     for i, ref in enumerate(schema.references):
         if not plan.parent_present.get(ref.table, False):
             continue  # "when requests is present": an absent parent table checks nothing
+        unless = f"r.{q(ref.unless_null)} is not null and " if ref.unless_null else ""
+        rules.append(RowRule(ref.reason, f"{unless}p{i}._found is null", "parent", ref.table))
+        if ref.ambiguous_reason:
+            ambiguous.append(RowRule(ref.ambiguous_reason, f"p{i}._parents > 1", "ambiguous", ref.table))
+    return rules + ambiguous
+
+
+def _rows_cte(schema: TableSchema, plan: TablePlan, rules: list[RowRule], inputs: RuleInputs,
+              row_ids: bool) -> list[str]:
+    """``r``: the rows with the columns the rules name besides their own (``_specan_row``,
+    the table's rowid, with ``row_ids``)."""
+    row_id = ", rowid as _specan_row" if row_ids else ""
+    named = " ".join(rule.condition for rule in rules)
+    stop = ""
+    if IMPLICIT_STOP in named:
+        stop = (", false as _implicit_stop_round" if plan.stop_reason_anywhere else
+                ", round_idx = max(round_idx) over (partition by request_uid) as _implicit_stop_round")
+    if not any(rule.reads == "order" for rule in rules):
+        return [f"r as (select *{row_id}{stop} from {inputs.rows})"]
+    # A step's end as the views compute it (macro step_end_time), to the microsecond; a
+    # step_uid that several clean steps share (ambiguous_step) has no one end. Rounds
+    # without their required columns take no part in the order.
+    keyed = " and ".join(f"r0.{q(c)} is not null" for c in schema.required_columns)
+    steps = inputs.clean.get("steps")
+    ends = (f"select step_uid as _step, min(epoch_us(start_time) + cast(round(duration_ms * 1000) as bigint)) "
+            f"as _end from {steps} group by step_uid having count(*) = 1" if steps and plan.parent_present.get("steps")
+            else "select cast(null as bigint) as _step, cast(null as bigint) as _end where false")
+    end = f"case when {keyed} then step_ends._end end"
+    return [f"r0 as (select *{row_id}{stop} from {inputs.rows})",
+            f"step_ends as ({ends})",
+            f"r as (select r0.*, {end} as {STEP_END}, max({end}) over (partition by r0.request_uid "
+            f"order by r0.round_idx range between unbounded preceding and 1 preceding) as {EARLIER_STEP_END} "
+            f"from r0 left join step_ends on step_ends._step = r0.step_uid)"]
+
+
+def _lookups(schema: TableSchema, plan: TablePlan, rules: list[RowRule],
+             inputs: RuleInputs) -> tuple[list[str], list[str]]:
+    """The CTEs and joins of the relations the rules read besides the row."""
+    ctes, joins = [], []
+    null_required = _null_required(schema)
+    if schema.merge_identical_rows:
+        # identical copies are one row; copies that differ are all duplicate_key
+        listed = ", ".join(q(c) for c in schema.column_names)
+        (key,) = schema.key
+        ctes.append(f"variants as (select {q(key)} as _k, count(distinct ({listed})) as _n "
+                    f"from r where not ({null_required}) group by all)")
+        joins.append(f"left join variants on r.{q(key)} = variants._k")
+    else:
+        keys = _key_columns(schema, plan)
+        # Group by one 64-bit hash of the key first (cheap even over string keys), then
+        # compare the real keys only among rows whose hash repeats.
+        key_hash = "hash(" + ", ".join(f"r.{q(k)}" for k in keys) + ")"
+        ctes.append(f"dup_hash as (select {key_hash} as _h from r where not ({null_required}) "
+                    f"group by 1 having count(*) > 1)")
+        ctes.append(
+            "dup as (select " + ", ".join(f"r.{q(k)} as _k{i}" for i, k in enumerate(keys))
+            + f", true as _dup from r semi join dup_hash on {key_hash} = dup_hash._h "
+            + f"where not ({null_required}) group by all having count(*) > 1)")
+        # a key column that may be null (intervals.series, a partition) matches a null: two rows
+        # whose keys are both null there are the same key, as the group by above counts them
+        joins.append("left join dup on " + " and ".join(
+            f"r.{q(k)} {'=' if k in schema.required_columns else 'is not distinct from'} dup._k{i}"
+            for i, k in enumerate(keys)))
+    read = {rule.parent for rule in rules if rule.reads == "parent"}
+    for i, ref in enumerate(schema.references):
+        if ref.table not in read:
+            continue
         columns = ref.columns + plan.shared_partitions.get(ref.table, ())
         # how many parents, by their own full key, one join key finds: more than one is ambiguous
         own_key = plan.parent_keys.get(ref.table, columns)
         ctes.append(
             f"p{i} as (select " + ", ".join(f"{q(c)} as _p{j}" for j, c in enumerate(columns))
             + f", true as _found, count(distinct ({', '.join(q(c) for c in own_key)}, 0)) as _parents"
-            + f" from {parents.get(ref.table, '_raw_' + ref.table)} group by all)")
+            + f" from {inputs.parents.get(ref.table, '_raw_' + ref.table)} group by all)")
+        # a null key finds no parent: = is never true for it (a row with a null key is null_required)
         joins.append(f"left join p{i} on " + " and ".join(f"r.{q(c)} = p{i}._p{j}" for j, c in enumerate(columns)))
-        unless = f"r.{q(ref.unless_null)} is not null and " if ref.unless_null else ""
-        cases.append(f"when {unless}p{i}._found is null then {lit(ref.reason)}")
-        if ref.ambiguous_reason:
-            ambiguous.append(f"when p{i}._parents > 1 then {lit(ref.ambiguous_reason)}")
-    cases += ambiguous
-    return ctes, joins, cases
+    return ctes, joins
 
 
-def row_rule_count_sql(schema: TableSchema, plan: TablePlan, relation: str) -> str:
-    """``(rows, rows_breaking_a_row_rule)`` of ``relation``: one aggregate pass.
-
-    Only the rules that look at a row alone (null_required, negative_count and the
-    table's own); duplicate keys and unknown parents are counted from the
-    per-request and per-step aggregates instead (``load.unconfirmed_rounds``).
-    The second number is an upper bound (a row breaking two rules counts twice):
-    it only has to be zero exactly when no row breaks any. Nulls and negatives are
-    read from plain column aggregates, far cheaper than a condition per row.
-    """
-    checks = [f"count(*) - count(r.{q(c)})" for c in schema.required_columns]
-    if schema.negative_count and schema.count_columns:
-        checks += [f"count(*) filter (where r.{q(c)} < 0)" for c in schema.count_columns]
-    if schema.rules:
-        checks.append("count(*) filter (where " + " or ".join(f"({rule.when})" for rule in schema.rules) + ")")
-    cte = _implicit_stop_cte(schema, plan, relation, row_ids=False)
-    return f"with {cte}\nselect count(*), " + " + ".join(checks) + " from r"
+def classification_sql(schema: TableSchema, plan: TablePlan, inputs: RuleInputs, *,
+                       row_ids: bool = False) -> str:
+    """The row rules' one definition: every row of ``inputs.rows`` with ``_row_key`` (its
+    key as text) and ``_reason``, the first rule it breaks (null: the row is clean).
+    With ``row_ids`` the rows carry ``_specan_row`` (DuckDB's rowid of ``inputs.rows``)."""
+    rules = table_rules(schema, plan)
+    ctes = _rows_cte(schema, plan, rules, inputs, row_ids)
+    more, joins = _lookups(schema, plan, rules, inputs)
+    cases = "\n    ".join(f"when {rule.condition} then {lit(rule.reason)}" for rule in rules)
+    return (
+        "with " + ",\n".join(ctes + more) + "\n"
+        f"select r.*, {_row_key(schema, plan)} as _row_key,\n"
+        f"  case\n    {cases}\n  end as _reason\n"
+        "from r\n" + "\n".join(joins)
+    )
 
 
-def _implicit_stop_cte(schema: TableSchema, plan: TablePlan, relation: str | None = None,
-                       row_ids: bool = True) -> str:
-    """Without any stop_reason column, a request's last round is its stopping round.
-
-    ``relation`` defaults to ``_raw_<table>``; ``row_ids`` adds ``_specan_row`` (a table's rowid).
-    """
-    relation = relation or f"_raw_{schema.table}"
-    row_id = ", rowid as _specan_row" if row_ids else ""
-    if plan.stop_reason_anywhere:
-        return f"r as (select *{row_id}, false as _implicit_stop_round from {relation})"
-    return (f"r as (select *{row_id}, round_idx = max(round_idx) over (partition by request_uid) "
-            f"as _implicit_stop_round from {relation})")
+def rejected_sql(schema: TableSchema, plan: TablePlan, inputs: RuleInputs) -> str:
+    """The exact strategy: ``_rejected_<table>(table_name, row_key, reason, _specan_row)``,
+    one row per row the classification rejects."""
+    return (f"create or replace table _rejected_{schema.table} as\n"
+            f"select {lit(schema.table)} as table_name, _row_key as row_key, _reason as reason, _specan_row\n"
+            f"from (\n{classification_sql(schema, plan, inputs, row_ids=True)}\n) where _reason is not null")
 
 
-def _merged_rule_parts(schema: TableSchema, row_ids: bool) -> tuple[list[str], list[str], list[str]]:
-    """deployments: identical copies are one row; copies that differ are all duplicate_key."""
-    null_required = _null_required(schema)
-    listed = ", ".join(q(c) for c in schema.column_names)
-    (key,) = schema.key
-    row_id = ", rowid as _specan_row" if row_ids else ""
-    ctes = [f"r as (select *{row_id} from _raw_{schema.table})",
-            f"variants as (select {q(key)} as _k, count(distinct ({listed})) as _n "
-            f"from r where not ({null_required}) group by all)"]
-    joins = [f"left join variants on r.{q(key)} = variants._k"]
-    cases = [f"when {null_required} then 'null_required'", "when variants._n > 1 then 'duplicate_key'"]
-    return ctes, joins, cases
+def parents_as_read_sql(table: str) -> str:
+    """A parent table as read, once it is clean: its clean rows and the copies of its rejected ones."""
+    return f"(select * from {table} union all by name select * from _rejected_copy_{table})"
 
 
 def clean_table_sql(schema: TableSchema, plan: TablePlan) -> list[str]:
@@ -337,3 +408,61 @@ def clean_table_sql(schema: TableSchema, plan: TablePlan) -> list[str]:
     return [keep, f"delete from _raw_{t} where rowid in (select _specan_row from _rejected_{t})",
             f"drop table if exists {t}",
             f"alter table _raw_{t} rename to {t}"]
+
+
+# --------------------------------------------------------------------------- in place
+
+
+def row_pass_sql(schema: TableSchema, plan: TablePlan, relation: str) -> str:
+    """The in-place strategy's one pass over ``relation``: ``count(*)``, then per rule that
+    reads the row alone (``reason``), how many rows break it, by the classification's
+    own condition. A row that breaks two rules counts under both: each count is zero
+    exactly when no row breaks that rule."""
+    rules = [rule for rule in table_rules(schema, plan) if rule.reads == "row"]
+    (cte,) = _rows_cte(schema, plan, rules, RuleInputs(relation), row_ids=False)
+    counts = ", ".join(f"count(*) filter (where {rule.condition}) as {q(rule.reason)}" for rule in rules)
+    return f"with {cte}\nselect count(*) as rows, {counts} from r"
+
+
+@dataclass(frozen=True)
+class RoundAggregates:
+    """What the in-place strategy reads instead of the rounds for the rules that read
+    other rows: two relations that one pass over the rounds as read builds (the caller's;
+    the report's views ``request_rounds`` and ``step_rounds``).
+
+    ``per_request``: one row per (deployment_id, request_uid) with ``has_duplicate_round``
+    (false only when no round_idx repeats), ``has_round_out_of_order`` (false only when the
+    ends of the request's clean steps do not fall with round_idx) and
+    ``request_uid_collides``; ``per_step``: one row per non-null ``step_uid`` with
+    ``step_uid_collides``."""
+
+    per_request: str
+    per_step: str
+
+
+# The column each parent of the rounds is joined on in the aggregates and in the parent
+# as read (the link key; request_uid and step_uid hash the join columns), with the aggregate
+# that holds it.
+LINK_OF_PARENT = {"deployments": ("deployment_id", "per_request"),
+                  "requests": ("request_uid", "per_request"),
+                  "steps": ("step_uid", "per_step")}
+
+
+def in_place_witness_sql(schema: TableSchema, plan: TablePlan, rule: RowRule, aggregates: RoundAggregates,
+                         parents: Mapping[str, str]) -> str:
+    """How many requests, steps or parent keys of the rounds could break ``rule`` (one that
+    reads other rows), read off ``aggregates``: zero exactly when no round breaks it.
+    Null-safe: a parent whose key is null finds nothing, as in the classification."""
+    if rule.reads == "duplicates":
+        return f"select count(*) from {aggregates.per_request} where has_duplicate_round is not false"
+    if rule.reads == "order":
+        return f"select count(*) from {aggregates.per_request} where has_round_out_of_order is not false"
+    link, holder = LINK_OF_PARENT[rule.parent]
+    keys = f"(select distinct {link} as _k from {getattr(aggregates, holder)} where {link} is not null) as r"
+    parent = parents[rule.parent]
+    if rule.reads == "parent":
+        return f"select count(*) from {keys} where not exists (select 1 from {parent} as p where p.{link} = r._k)"
+    own = ", ".join(q(c) for c in plan.parent_keys[rule.parent])
+    shared = (f"(select {link} from {parent} as p group by {link} "
+              f"having count(distinct ({own}, 0)) > 1) as p")
+    return f"select count(*) from {keys} where exists (select 1 from {shared} where p.{link} = r._k)"

@@ -20,9 +20,9 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from ..analysis import portable
-from ..analysis.views import dependency_order, discover_views, scaleout_split
-from ..errors import EnvironmentProblem, InternalError
-from ..ingest.load import LINKS, LoadSummary, _first_line, aggregate_collision_sql, collision
+from ..analysis.views import ROUND_AGGREGATES, dependency_order, discover_views, scaleout_split
+from ..errors import EnvironmentProblem, InternalError, first_line
+from ..ingest.load import LINKS, LoadSummary, aggregate_collision_sql, collision
 from .load import materialize
 
 Progress = Callable[[str], None]
@@ -51,7 +51,7 @@ def run_heavy_pass(spark, progress: Progress | None = None) -> dict:
         try:
             frame = spark.sql(portable.spark_sql(view.sql, known))
         except Exception as exc:
-            raise InternalError(f"{view.path}: Spark cannot run view {name}: {_first_line(exc)}") from None
+            raise InternalError(f"{view.path}: Spark cannot run view {name}: {first_line(exc)}") from None
         if view.materialized:
             say(f"computing {name} on Spark")
             frame = materialize(frame)
@@ -62,8 +62,8 @@ def run_heavy_pass(spark, progress: Progress | None = None) -> dict:
 
 def _check_aggregate_link_keys(spark) -> None:
     """``ingest.load.check_link_keys`` on the aggregates: one id per uid among the rounds."""
-    for parent, uid, _column, aggregate in LINKS:
-        hit = spark.sql(aggregate_collision_sql(uid, aggregate)).collect()
+    for parent, uid, _column, holder in LINKS:
+        hit = spark.sql(aggregate_collision_sql(uid, getattr(ROUND_AGGREGATES, holder))).collect()
         if hit:
             raise collision(uid, hit[0][0], parent)
 
@@ -114,7 +114,7 @@ def write(spark, frames: dict, out: str, summary: LoadSummary, progress: Progres
         try:
             frame.write.mode("overwrite").parquet(f"{base}/{name}")
         except Exception as exc:
-            raise EnvironmentProblem(f"cannot write {base}/{name}: {_first_line(exc)}") from None
+            raise EnvironmentProblem(f"cannot write {base}/{name}: {first_line(exc)}") from None
         rows[name] = spark.read.parquet(f"{base}/{name}").count()
     manifest = {"format": "specan-reduced", "version": FORMAT_VERSION, "tables": sorted(frames),
                 "notes": summary.notes, "rows": rows}
@@ -128,7 +128,7 @@ def _delete(spark, uri: str) -> None:
     try:
         path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, False)
     except Exception as exc:
-        raise EnvironmentProblem(f"cannot write {uri}: {_first_line(exc)}") from None
+        raise EnvironmentProblem(f"cannot write {uri}: {first_line(exc)}") from None
 
 
 def _write_text(spark, uri: str, text: str) -> None:
@@ -140,4 +140,4 @@ def _write_text(spark, uri: str, text: str) -> None:
         stream.write(bytearray(text.encode("utf-8")))
         stream.close()
     except Exception as exc:
-        raise EnvironmentProblem(f"cannot write {uri}: {_first_line(exc)}") from None
+        raise EnvironmentProblem(f"cannot write {uri}: {first_line(exc)}") from None

@@ -9,9 +9,9 @@ code where it can be:
   Hadoop's FileSystem, with the credentials of Spark's own configuration, and each
   footer is read by Spark.
 - The raw select and the row rules are ``ingest.rules``' SQL, transpiled
-  (``analysis.portable.spark_sql``). Spark has no row ids, so each table is one
-  classified relation (``rules.classified_sql``): the clean rows and the rejected
-  ones are two filters of it.
+  (``analysis.portable.spark_sql``): the rules' one definition,
+  ``rules.classification_sql``, evaluated on Spark. Each table is one classified
+  relation: the clean rows and the rejected ones are two filters of it.
 
 The clean tables end as temporary views of the session, named as in DuckDB.
 """
@@ -26,11 +26,11 @@ import duckdb
 import pyarrow as pa
 
 from ..analysis import portable
-from ..errors import EnvironmentProblem, InputProblem, InternalError
+from ..errors import EnvironmentProblem, InputProblem, InternalError, first_line
 from ..ingest import rules
-from ..ingest.load import (LINKS, LoadSummary, StructuralError, TableFiles, _PARTITION_SEGMENT, _first_line, _plan,
-                           _unreadable_file, check_structure, collision, discover, parent_collision_sql,
-                           unknown_entries)
+from ..ingest.load import (LINKS, LoadSummary, StructuralError, TableFiles, check_structure, collision, discover,
+                           parent_collision_sql, partition_values, table_plan, uncastable, unknown_entries,
+                           unreadable_file)
 from ..ingest.schema import TABLE_ORDER, load_schemas
 
 Progress = Callable[[str], None]
@@ -59,7 +59,7 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
             check_structure(con, found)
         notes = unknown_entries(Path(traces))
     schemas = load_schemas()
-    plans = {t: _plan(found[t], schemas[t], found) for t in TABLE_ORDER}
+    plans = {t: table_plan(found[t], schemas[t], found) for t in TABLE_ORDER}
 
     for table in TABLE_ORDER:
         say(f"reading {table} ({len(found[table].files)} file{'s' if len(found[table].files) != 1 else ''})")
@@ -73,11 +73,14 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
     rejected_frames = []
     clean_frames = {}
     # Every table's rules are applied before any clean table replaces a name: unknown_*
-    # reads the parents as read (_raw_<parent>).
+    # reads the parents as read (_raw_<parent>), round_out_of_order the clean steps (_clean_steps).
     for table in TABLE_ORDER:
         say(f"applying row rules to {table}")
         schema, plan = schemas[table], plans[table]
-        classified = _sql(spark, portable.spark_sql(rules.classified_sql(schema, plan)), found[table])
+        inputs = rules.RuleInputs(rows=f"_raw_{table}",
+                                  parents={ref.table: f"_raw_{ref.table}" for ref in schema.references},
+                                  clean={t: f"_clean_{t}" for t in clean_frames})
+        classified = _sql(spark, portable.spark_sql(rules.classification_sql(schema, plan, inputs)), found[table])
         classified = _read_or_name_the_file(lambda: materialize(classified), traces, found)
         counts = {reason: n for reason, n in classified.groupBy("_reason").count().collect()}
         rows_read[table] = sum(counts.values())
@@ -93,8 +96,11 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
         else:
             rows_clean[table] = counts.get(None, 0)
         clean_frames[table] = clean
+        clean.createOrReplaceTempView(f"_clean_{table}")
+        # Spark writes a year beyond 9999 as '+294247-…', DuckDB as '294247-…': the key text is one
         rejected_frames.append(classified.where("_reason is not null").selectExpr(
-            f"'{table}' as table_name", "_row_key as row_key", "_reason as reason"))
+            f"'{table}' as table_name", r"regexp_replace(_row_key, '=\\+([0-9]{5,}-)', '=$1') as row_key",
+            "_reason as reason"))
     for table, frame in clean_frames.items():
         frame.createOrReplaceTempView(table)
     union = rejected_frames[0]
@@ -120,11 +126,11 @@ def _read_or_name_the_file(run, traces: str, found: dict[str, TableFiles]):
         if not is_uri(traces):
             with duckdb.connect() as con:
                 for entry in found.values():
-                    culprit = _unreadable_file(con, entry)
+                    culprit = unreadable_file(con, entry)
                     if culprit is not None:
                         raise StructuralError(culprit, entry.table, None,
-                                              f"not readable Parquet ({_first_line(exc)})") from None
-        raise EnvironmentProblem(f"Spark failed reading {traces}: {_first_line(exc)}") from None
+                                              f"not readable Parquet ({first_line(exc)})") from None
+        raise EnvironmentProblem(f"Spark failed reading {traces}: {first_line(exc)}") from None
 
 
 def materialize(frame):
@@ -142,7 +148,7 @@ def _sql(spark, text: str, entry: TableFiles):
         return spark.sql(text)
     except Exception as exc:  # pyspark.errors.* (analysis errors carry the SQL's own faults)
         raise InternalError(f"Spark cannot run specan's SQL for table {entry.table}: "
-                            f"{_first_line(exc)}") from None
+                            f"{first_line(exc)}") from None
 
 
 # ----------------------------------------------------------------------------- files
@@ -168,7 +174,7 @@ def _register_files(spark, traces: str, entry: TableFiles) -> str | None:
         try:
             part = reader.parquet(*paths)
         except Exception as exc:
-            raise StructuralError(paths[0], entry.table, None, f"not readable Parquet ({_first_line(exc)})") from None
+            raise StructuralError(paths[0], entry.table, None, f"not readable Parquet ({first_line(exc)})") from None
         frame = part if frame is None else frame.unionByName(part, allowMissingColumns=True)
     name = f"_files_{entry.table}"
     frame.createOrReplaceTempView(name)
@@ -197,7 +203,7 @@ def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[s
         fs = root.getFileSystem(conf)
         exists = fs.exists(root) and fs.getFileStatus(root).isDirectory()
     except Exception as exc:
-        raise InputProblem(f"{traces}: cannot be listed ({_first_line(exc)})") from None
+        raise InputProblem(f"{traces}: cannot be listed ({first_line(exc)})") from None
     if not exists:
         raise InputProblem(f"{traces}: no such directory")
     base = traces.rstrip("/")
@@ -224,8 +230,7 @@ def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[s
             prefix = str(folder.toUri()).rstrip("/") + "/"
             for path in paths:
                 segments = path[len(prefix):].split("/")[:-1] if path.startswith(prefix) else []
-                entry.file_partitions[path] = {m.group(1): m.group(2) for s in segments
-                                               if (m := _PARTITION_SEGMENT.match(s))}
+                entry.file_partitions[path] = partition_values(segments)
         if date is not None and any("date" in p for p in entry.file_partitions.values()):
             paths = [p for p in paths if entry.file_partitions[p].get("date") == date]
             if not paths:
@@ -237,7 +242,7 @@ def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[s
                 schema = spark.read.parquet(path).schema
                 entry.file_schemas[path] = to_arrow_schema(schema, timezone="UTC")
             except Exception as exc:
-                raise StructuralError(path, table, None, f"not readable Parquet ({_first_line(exc)})") from None
+                raise StructuralError(path, table, None, f"not readable Parquet ({first_line(exc)})") from None
             entry.files.append(path)
             for key in entry.file_partitions[path]:
                 if key not in entry.partitions:
@@ -262,10 +267,9 @@ def _spark_cast_check(spark, path: str, table: str, column: str, declared: str, 
         bad = spark.sql(portable.spark_sql(sql)).collect()
     except Exception as exc:
         raise StructuralError(path, table, column,
-                              f"expected {declared}, found {arrow_type} ({_first_line(exc)})") from None
+                              f"expected {declared}, found {arrow_type} ({first_line(exc)})") from None
     if bad:
-        raise StructuralError(path, table, column,
-                              f"expected {declared}, found {arrow_type} value {bad[0][0]!r} that cannot be cast")
+        raise uncastable(path, table, column, declared, arrow_type, bad[0][0])
 
 
 # ----------------------------------------------------------------------------- metadata

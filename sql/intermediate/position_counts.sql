@@ -22,7 +22,7 @@ spec_rounds as (
 ),
 
 positions as (
-    select s.deployment_id, s.scope, s.r, unnest(range(1, s.max_d + 1)) as position
+    select s.deployment_id, s.scope, s.r, unnest(range(1, cast(s.max_d as bigint) + 1)) as position
     from spec_rounds as s
 )
 

@@ -24,6 +24,10 @@
 -- packed = false and its gaps come from request_gaps_unpacked, an ordered window
 -- over its rounds only.
 --
+-- The same sorted keys tell whether a request's step ends fall with round_idx
+-- (has_round_out_of_order, the round_out_of_order rule counted for rounds read in
+-- place): the gaps between adjacent emitting rounds, of every request, end_gaps_us.
+--
 -- Which buckets a request's decode-only rounds with a clean step ran in, as bit masks:
 -- distinct requests per bucket are not a sum over rounds, but a count of these rows
 -- (bucket_evidence). decode_batch_mask has bit p − 1 for batch bucket position p;
@@ -49,12 +53,15 @@ with per_request as (
         sum(r.num_invalidated_tokens) as num_invalidated_tokens,
         sum(r.num_committed_tokens) as num_committed_tokens,
         sum(r.num_verified_nodes) as num_verified_nodes,
-        count(*) filter (where r.num_committed_tokens < r.num_accepted_tokens + 1) as truncated_rounds,
-        coalesce(sum(r.num_accepted_tokens + 1 - r.num_committed_tokens)
-            filter (where r.num_committed_tokens < r.num_accepted_tokens + 1), 0) as truncated_tokens,
+        -- counts are INTEGER columns: their sums with a constant or each other are BIGINT,
+        -- which no count can overflow
+        count(*) filter (where r.num_committed_tokens < cast(r.num_accepted_tokens as bigint) + 1) as truncated_rounds,
+        coalesce(sum(cast(r.num_accepted_tokens as bigint) + 1 - r.num_committed_tokens)
+            filter (where r.num_committed_tokens < cast(r.num_accepted_tokens as bigint) + 1), 0) as truncated_tokens,
         count(*) filter (where r.num_draft_tokens = 0 and r.num_invalidated_tokens > 0) as fully_invalidated_rounds,
         min(r.round_idx) as min_round_idx,
         max(r.round_idx) as max_round_idx,
+        count(s.end_us) as timed_rounds,
         count(s.end_us) filter (where r.num_committed_tokens > 0) as emitting_rounds,
         min(s.end_us) filter (where r.num_committed_tokens > 0) as first_end_us,
         max(s.end_us) filter (where r.num_committed_tokens > 0) as last_end_us,
@@ -106,7 +113,7 @@ packed as (
     select
         *,
         case
-            when max_round_idx - min_round_idx + 1 < num_rounds then true
+            when cast(max_round_idx as bigint) - min_round_idx + 1 < num_rounds then true
             -- keys hold round_idx only within [0, 2^20): beyond, unknown here (the loader copies and checks)
             when min_round_idx < 0 or max_round_idx >= 1048576 then null
             else coalesce(list_min(key_steps) < 4398046511104, false)
@@ -120,10 +127,9 @@ gapped as (
         min_round_idx >= 0 and max_round_idx < 1048576 and not coalesce(has_duplicate_round, true)
             and coalesce(last_end_us - first_end_us < 1099511627776, true) as packed,
         case
-            when not has_request then []
             when emitting_rounds = num_rounds then keys
             else list_filter(keys, lambda k: k % 8796093022208 >= 2199023255552)
-        end as emission_keys
+        end as emitting_keys
     from packed
 )
 
@@ -153,6 +159,7 @@ select
     min_round_idx,
     max_round_idx,
     has_duplicate_round,
+    has_round_out_of_order,
     request_uid_collides,
     packed,
     first_end_us,
@@ -166,11 +173,27 @@ from (
         case
             when not packed then null
             when not has_request then []
-            -- every round emits: the gaps are the adjacent key differences
-            when emitting_rounds = num_rounds then list_concat(
-                packed_first_gap_us(emission_keys, first_end_us, first_token_us),
-                list_transform(key_steps, lambda d: packed_key_gap_us(d)))
-            else packed_gaps_us(emission_keys, first_end_us, first_token_us)
-        end as gaps_us
-    from gapped
+            else list_concat(packed_first_gap_us(emitting_keys, first_end_us, first_token_us), end_gaps_us)
+        end as gaps_us,
+        -- the round_out_of_order rule's count for rounds read in place (analyzer/ingest/rules.py):
+        -- false only when the ends of the request's clean steps never fall with round_idx.
+        -- Unknown (null) when the keys cannot tell: not packed, or a round with a clean step
+        -- that commits nothing, whose end is not in the keys
+        case
+            when not packed or timed_rounds > emitting_rounds then null
+            else coalesce(list_min(end_gaps_us) < 0, false)
+        end as has_round_out_of_order
+    from (
+        select
+            *,
+            -- the gaps between the ends of adjacent emitting rounds, for every request
+            case
+                when not packed then null
+                -- every round emits: the adjacent key differences
+                when emitting_rounds = num_rounds then list_transform(key_steps, lambda d: packed_key_gap_us(d))
+                else list_transform(range(2, array_length(emitting_keys) + 1),
+                                    lambda i: packed_key_gap_us(emitting_keys[i] - emitting_keys[i - 1]))
+            end as end_gaps_us
+        from gapped
+    )
 )

@@ -8,16 +8,17 @@ select
     deployment_id,
     step_uid,
     count(*) as num_rounds,
-    sum(coalesce(num_verified_nodes, num_draft_tokens) + 1) as tokens_verified,
+    -- BIGINT before adding: no sum of two INTEGER counts overflows
+    sum(cast(coalesce(num_verified_nodes, num_draft_tokens) as bigint) + 1) as tokens_verified,
     sum(num_draft_tokens) as num_draft_tokens,
     sum(num_committed_tokens) as num_committed_tokens,
     sum(coalesce(num_verified_nodes, num_draft_tokens)) as num_verified_nodes,
     sum(coalesce(num_invalidated_tokens, 0)) as num_invalidated_tokens,
-    min(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as min_proposed,
-    max(num_draft_tokens + coalesce(num_invalidated_tokens, 0)) as max_proposed,
+    min(cast(num_draft_tokens as bigint) + coalesce(num_invalidated_tokens, 0)) as min_proposed,
+    max(cast(num_draft_tokens as bigint) + coalesce(num_invalidated_tokens, 0)) as max_proposed,
     -- the fewest drafts a round that proposed any proposed: rounds that proposed none
     -- (no n-gram match, speculation off) are no speculation length (cost_steps)
-    min(nullif(num_draft_tokens + coalesce(num_invalidated_tokens, 0), 0)) as min_positive_proposed,
+    min(nullif(cast(num_draft_tokens as bigint) + coalesce(num_invalidated_tokens, 0), 0)) as min_positive_proposed,
     min(num_draft_tokens) as min_drafted,
     max(num_draft_tokens) as max_drafted,
     -- the context its rounds attend to: a step's context bucket is that of their mean
