@@ -309,6 +309,13 @@ def open_reduced(tables: dict, summary: LoadSummary | None = None, *, memory_lim
                 con.register("_specan_arrow", table)
                 con.execute(f'create temp table "{name}" as select * from _specan_arrow')
                 con.unregister("_specan_arrow")
+        if "deployments" in tables and "deployment_versions" not in tables:
+            # reduced traces written before deployment versions: one version per deployment
+            con.execute("create temp table deployment_versions as "
+                        "select *, cast(null as varchar) as partition from deployments")
+            con.execute("create temp table deployment_conflicts as select deployment_id, cast(null as varchar) "
+                        "as partition, 0::bigint as requests, 0::bigint as steps, 0::bigint as rounds "
+                        "from deployments where false")
         if views:
             if progress:
                 progress("creating the local views")

@@ -242,7 +242,12 @@ def test_load_by_writes_a_database_keyed_by_the_column(traces, tmp_path):
 # The fixture's requests columns a person slices by, in the table's order: the trace
 # format's labels and settings, then the extra columns (the ids, times, token ids,
 # counts and quality_score are not offered).
-SLICEABLE = "category, finish_reason, structured_output, temperature, matches_reference, region, tenant"
+# and the deployments columns, by each request's partition (a deployment split at an upgrade)
+DEPLOYMENT_COLUMNS = ("; the deployments columns (a request takes its partition's configuration) are model, method, "
+                      "num_speculative_tokens, target_quant, draft_quant, baseline_id, engine, engine_version, gpu, "
+                      "tensor_parallel_size, kv_capacity_tokens, spec_config")
+SLICEABLE = ("category, finish_reason, structured_output, temperature, matches_reference, region, tenant"
+             + DEPLOYMENT_COLUMNS)
 
 
 def test_unknown_column_is_a_usage_error_naming_the_columns_to_slice_by(traces):
@@ -282,7 +287,7 @@ def test_extra_columns_are_offered_by_type_and_partitions_are_offered(tmp_path):
         result = run("report", tmp_path, "--by", column)
         assert (result.exit_code, result.output) == (
             2, f"Error: --by {column}: not a column to slice by ({why}); the requests columns to slice by are "
-               f"{offered.replace('tags, seen_at, ', '')}\n")
+               f"{offered.replace('tags, seen_at, ', '')}{DEPLOYMENT_COLUMNS}\n")
     result = run("report", tmp_path, "--by", "date", "--by", "shard", "--format", "json")
     assert result.exit_code == 0, result.output
     slices = {s["column"]: [(r["value"], r["num_requests"], r["mean_accept_length"]) for r in s["rows"]]

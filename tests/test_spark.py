@@ -294,3 +294,18 @@ def test_spark_rejects_the_rows_each_rule_names(spark, tmp_path, table, reason, 
 
     _summary, rejected = validate(str(traces))
     assert sorted(tuple(r.values()) for r in rejected.to_pylist()) == want
+
+
+def test_deployment_versions_and_conflicts_on_spark(spark, tmp_path):
+    # tests/test_deployment_versions.py's traces: an upgrade between dates, and rows that
+    # differ within a date; both engines keep the same versions and name the same conflicts
+    from test_deployment_versions import DAY2, base, spec, write_dated
+
+    for name, day1, day2 in (("upgraded", [spec(), base()], [spec(engine_version="0.99.0"), base()]),
+                             ("conflict", [spec(), base()], [spec(), spec(gpu="A100"), base()])):
+        traces = write_dated(tmp_path / name, day1, day2)
+        (duck, duck_rejected), (sp, sp_rejected) = (document_and_rejected(traces, e) for e in ("duckdb", "spark"))
+        assert differences(duck, sp) == []
+        assert sorted(duck_rejected) == sorted(sp_rejected)
+    assert duck["input"]["deployment_conflicts"][0]["partition"] == DAY2
+    assert sorted(duck_rejected) == [("deployments", f"deployment_id=a, {DAY2}", "duplicate_key")] * 2

@@ -13,6 +13,7 @@ import duckdb
 
 from ..ingest.load import LoadSummary
 from ..ingest.schema import TABLE_ORDER
+from . import versions
 from .slices import slices_document
 
 SCHEMA_VERSION = 1
@@ -183,10 +184,13 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     notes += _anomaly_notes(anomaly_checks)
     notes += [f"import: {n}" for n in _import_notes(con)]
     mismatch = output_tokens_mismatch(con)
-    notes = _input_notes(summary) + _mismatch_notes(mismatch) + _table_notes(con, summary) + notes
+    changed, conflicted = versions.changes(con), versions.conflicts(con)
+    notes = (_input_notes(summary) + versions.notes(changed, conflicted) + _mismatch_notes(mismatch)
+             + _table_notes(con, summary) + notes)
     return {
         "schema_version": SCHEMA_VERSION,
-        "input": {**_input(summary), "output_tokens_mismatch": mismatch},
+        "input": {**_input(summary), "output_tokens_mismatch": mismatch, "deployment_changes": changed,
+                  "deployment_conflicts": conflicted},
         "deployments": out_deployments,
         "categories": categories,
         "repetition": repetition,

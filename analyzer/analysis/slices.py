@@ -1,5 +1,10 @@
-"""Slices of the report by a requests column that labels the traffic (``report --by COLUMN``,
-docs/metrics.md; ``NOT_SLICED`` says which columns are not offered).
+"""Slices of the report by a requests column that labels the traffic, or by a deployments
+column whose value changed between partitions (``report --by COLUMN``, docs/metrics.md;
+``NOT_SLICED`` says which columns are not offered).
+
+A request's value in a deployments column is that of its partition's configuration:
+``deployment_versions`` matched on deployment_id and the partition columns the two
+tables share (``--by engine_version`` splits a deployment at its upgrade).
 
 The user names the columns, so they cannot be a view in ``sql/``: this module turns
 them into two relations that the slice views (``slice_requests`` → ``slice_metrics``)
@@ -57,6 +62,23 @@ def requests_columns(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
         return []
 
 
+def deployments_columns(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """The deployments columns a request can be sliced by: all but its key."""
+    try:
+        return [(name, typ) for name, typ, *_ in con.execute("describe deployments").fetchall()
+                if name != "deployment_id"]
+    except duckdb.CatalogException:
+        return []
+
+
+def _partition_columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    try:
+        return {c for (c,) in con.execute("select column_name from trace_columns where table_name = ? and partition",
+                                          [table]).fetchall()}
+    except duckdb.CatalogException:
+        return set()
+
+
 def why_not_sliced(column: str, duckdb_type: str) -> str | None:
     """Why a slice by this requests column would say nothing, or None when it is a label.
     An extra column is judged by its type: a list or a nested value holds many values,
@@ -78,11 +100,16 @@ def resolve_columns(con: duckdb.DuckDBPyConnection, by: Sequence[str]) -> tuple[
     UnknownSliceColumn naming the columns it can slice by."""
     existing = requests_columns(con)
     spelled = {c.lower(): (c, typ) for c, typ in existing}
+    for c, typ in deployments_columns(con):
+        spelled.setdefault(c.lower(), (c, typ))
     sliceable = [c for c, typ in existing if why_not_sliced(c, typ) is None]
     listed = ", ".join(sliceable) if existing else "none (there is no requests table)"
+    if existing:
+        listed += ("; the deployments columns (a request takes its partition's configuration) are "
+                   + ", ".join(c for c, _ in deployments_columns(con)))
     columns: list[str] = []
     for name in by:
-        found = spelled.get(name.lower())
+        found = spelled.get(name.lower()) if existing else None
         if found is None:
             raise UnknownSliceColumn(f"unknown --by column {name!r}: the requests columns to slice by are {listed}")
         column, typ = found
@@ -93,6 +120,28 @@ def resolve_columns(con: duckdb.DuckDBPyConnection, by: Sequence[str]) -> tuple[
         if column not in columns:
             columns.append(column)
     return tuple(columns)
+
+
+def _request_values_sql(con: duckdb.DuckDBPyConnection, column: str) -> str:
+    """Each request's value in ``column``: its own, or its partition's deployment configuration's."""
+    if column in {c for c, _ in requests_columns(con)}:
+        return (f"select deployment_id, request_uid, {_literal(column)} as slice_column, "
+                f"cast({q(column)} as varchar) as slice_value from requests")
+    try:
+        held = {name for name, *_ in con.execute("describe deployment_versions").fetchall()}
+    except duckdb.CatalogException:
+        held = set()
+    versioned = _partition_columns(con, "deployments") & held
+    shared = sorted(versioned & _partition_columns(con, "requests"))
+    if versioned - set(shared):
+        # one request could match several dates' configurations: its own is unknown
+        raise UnknownSliceColumn(
+            f"--by {column}: deployments are partitioned by {', '.join(sorted(versioned))} but requests are not "
+            f"by {', '.join(sorted(versioned - set(shared)))}, so which configuration served a request is unknown")
+    source = "deployment_versions" if versioned else "deployments"
+    on = " and ".join(["v.deployment_id = r.deployment_id"] + [f"v.{q(p)} = r.{q(p)}" for p in shared])
+    return (f"select r.deployment_id, r.request_uid, {_literal(column)} as slice_column, "
+            f"cast(v.{q(column)} as varchar) as slice_value from requests as r left join {source} as v on {on}")
 
 
 def _literal(text: str) -> str:
@@ -108,9 +157,7 @@ def create_slice_relations(con: duckdb.DuckDBPyConnection, by: Sequence[str] = (
     if columns:
         listed = ", ".join(f"({_literal(c)}, {i})" for i, c in enumerate(columns, 1))
         con.execute(f"{create} slice_columns as select * from (values {listed}) as t(slice_column, position)")
-        values = "\nunion all\n".join(
-            f"select deployment_id, request_uid, {_literal(c)} as slice_column, "
-            f"cast({q(c)} as varchar) as slice_value from requests" for c in columns)
+        values = "\nunion all\n".join(_request_values_sql(con, c) for c in columns)
         con.execute(f"{create} request_slices as\n{values}")
     else:
         # typed and empty, without reading requests: a workspace may have none

@@ -232,6 +232,35 @@ def verdicts(doc: dict[str, Any], evidence: dict[str, dict], config: Config | No
                         "blocking": [], "shared": [_entry(c) for c in failing], "not_checked": []})
             continue
         out.append(_speculative(d, mine, evidence[dep], recommendations.get(dep) or {}, gates, doc, config))
+    return _ambiguous_configurations(out, doc)
+
+
+def _ambiguous_configurations(out: list[dict[str, Any]], doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A deployment whose ``deployments`` rows differ within one partition (duplicate_key):
+    which configuration its rounds ran is unknown, so its verdict is ``unknown``; one that
+    has no other partition's row is not in ``doc["deployments"]`` and gets its entry here."""
+    conflicts: dict[str, list[dict]] = {}
+    for c in (doc.get("input") or {}).get("deployment_conflicts") or []:
+        conflicts.setdefault(c["deployment_id"], []).append(c)
+    if not conflicts:
+        return out
+    by_id = {v["deployment_id"]: i for i, v in enumerate(out)}
+    for dep, found in conflicts.items():
+        where = ", ".join(c["partition"] for c in found if c["partition"]) or "the trace"
+        rounds = sum(c["rows"].get("rounds", 0) for c in found)
+        settle = f"one deployments row per deployment_id on {where} would decide it"
+        text = (f"No verdict for {dep}: its deployments rows differ on {where} (duplicate_key), so which "
+                f"configuration its {rounds:,} rounds there ran is unknown; {settle}.")
+        entry = {"deployment_id": dep, "action": "unknown", "basis": None, "config": None, "text": text,
+                 "speedup": None, "speedup_interval": None, "coverage": None, "num_requests": None,
+                 "baseline_id": None, "baseline_num_requests": None, "blocking": [], "shared": [],
+                 "not_checked": [], "settle": settle}
+        if dep in by_id:
+            kept = out[by_id[dep]]
+            entry.update({k: kept.get(k) for k in ("baseline_id", "baseline_num_requests", "num_requests")})
+            out[by_id[dep]] = entry
+        else:
+            out.append(entry)
     return out
 
 

@@ -265,6 +265,10 @@ class RoundsInPlace:
     plan: rules.TablePlan
 
 
+# the tables whose rows name a deployment (a conflict's notes count them)
+DEPENDENT_TABLES = ("requests", "steps", "rounds")
+
+
 def load_traces(
     con: duckdb.DuckDBPyConnection,
     traces: str | Path,
@@ -311,12 +315,24 @@ def load_traces(
         rows_read[table], rejected[table] = load_exactly(con, schema, plan, entry, say)
 
     rows_clean = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLE_ORDER}
+    count_conflict_rows(con, {t: table_plan(found[t], schemas[t], found) for t in TABLE_ORDER})
     _write_metadata(con, found, schemas, rows_read, rows_clean)
     _load_import_notes(con, Path(traces))
     summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected,
                           notes=unknown_entries(Path(traces)), found=found)
     summary.pending = pending
     return summary
+
+
+def count_conflict_rows(con, plans: dict[str, rules.TablePlan]) -> None:
+    """Add to ``deployment_conflicts`` the rows of requests, steps and rounds that need each
+    conflicting deployment (one pass over a table only when there is a conflict)."""
+    _versions, conflicts = rules.VERSIONS["deployments"]
+    any_conflict = con.execute(f"select count(*) from {conflicts}").fetchone()[0] > 0
+    select = rules.conflict_rows_sql(plans, DEPENDENT_TABLES, any_conflict=any_conflict)
+    con.execute(f"create or replace table _counted as {select}")
+    con.execute(f"drop table {conflicts}")
+    con.execute(f"alter table _counted rename to {conflicts}")
 
 
 def rule_inputs(schema: TableSchema) -> rules.RuleInputs:

@@ -320,12 +320,15 @@ def _lookups(schema: TableSchema, plan: TablePlan, rules: list[RowRule],
     ctes, joins = [], []
     null_required = _null_required(schema)
     if schema.merge_identical_rows:
-        # identical copies are one row; copies that differ are all duplicate_key
+        # identical copies are one row; copies that differ are all duplicate_key, within one
+        # partition (a date's row is that date's configuration: rows of other dates may differ)
         listed = ", ".join(q(c) for c in schema.column_names)
-        (key,) = schema.key
-        ctes.append(f"variants as (select {q(key)} as _k, count(distinct ({listed})) as _n "
-                    f"from r where not ({null_required}) group by all)")
-        joins.append(f"left join variants on r.{q(key)} = variants._k")
+        keys = _key_columns(schema, plan)
+        ctes.append("variants as (select " + ", ".join(f"{q(k)} as _k{i}" for i, k in enumerate(keys))
+                    + f", count(distinct ({listed})) as _n from r where not ({null_required}) group by all)")
+        joins.append("left join variants on " + " and ".join(
+            f"r.{q(k)} {'=' if k in schema.required_columns else 'is not distinct from'} variants._k{i}"
+            for i, k in enumerate(keys)))
     else:
         keys = _key_columns(schema, plan)
         # Group by one 64-bit hash of the key first (cheap even over string keys), then
@@ -388,6 +391,68 @@ def parents_as_read_sql(table: str) -> str:
     return f"(select * from {table} union all by name select * from _rejected_copy_{table})"
 
 
+# A table whose identical rows are merged (deployments) keeps each partition's row as that
+# partition's version, and as its clean table the latest partition's row of each key.
+VERSIONS = {"deployments": ("deployment_versions", "deployment_conflicts")}
+
+
+def partition_text_sql(columns: tuple[str, ...], alias: str = "") -> str:
+    """A row's partition values as text, 'date=2026-11-28' (name=value in the order of the
+    columns' names, joined by ', ', as ``request_partitions.partition``); null when there are none."""
+    if not columns:
+        return "cast(null as varchar)"
+    prefix = f"{alias}." if alias else ""
+    return "concat_ws(', ', " + ", ".join(
+        f"'{c}=' || coalesce(cast({prefix}{q(c)} as varchar), 'NULL')" for c in sorted(columns)) + ")"
+
+
+def versions_sql(schema: TableSchema, plan: TablePlan, classified: str) -> dict[str, str]:
+    """The clean relations of a table whose identical rows are merged, as selects over
+    ``classified`` (its rows with ``_reason``), in the order they are created; standard SQL
+    that DuckDB and Spark both run:
+
+    - ``deployment_versions``: one row per key and partition, that partition's row
+      (``partition`` as text besides the partition columns themselves);
+    - ``deployments``: one row per key, the latest partition's version;
+    - ``deployment_conflicts``: one row per key and partition whose rows differ (duplicate_key),
+      with the partition columns and ``partition``.
+    """
+    versions, conflicts = VERSIONS[schema.table]
+    parts = _partition_columns(schema, plan)
+    columns = [q(c) for c in schema.column_names]
+    columns += [q("input_" + c if c in DERIVED_COLUMNS else c) for c in plan.extra_columns]
+    kept = ", ".join(columns + [q(p) for p in parts])
+    key = ", ".join(q(k) for k in schema.key)
+    latest = ", ".join(f"{q(p)} desc" for p in parts) or "1"
+    return {
+        versions: f"select distinct {kept}, {partition_text_sql(parts)} as partition "
+                  f"from {classified} as c where _reason is null",
+        schema.table: f"select {', '.join(columns)} from (select *, row_number() over (partition by {key} "
+                      f"order by {latest}) as _version from {versions}) as v where _version = 1",
+        conflicts: f"select distinct {', '.join([key] + [q(p) for p in parts])}, {partition_text_sql(parts)} "
+                   f"as partition from {classified} as c where _reason = 'duplicate_key'",
+    }
+
+
+def conflict_rows_sql(plans: dict[str, TablePlan], dependents: tuple[str, ...], *, any_conflict: bool) -> str:
+    """``deployment_conflicts`` with, per conflict, how many rows of each dependent table
+    need that deployment there: its rows in that partition when the table has the
+    deployments' partition columns, else all its rows. Without ``any_conflict`` the
+    counts are zero and no table is read. Standard SQL, for DuckDB and Spark."""
+    _versions, conflicts = VERSIONS["deployments"]
+    if not any_conflict:
+        return (f"select *, " + ", ".join(f"cast(0 as bigint) as {q(t)}" for t in dependents)
+                + f" from {conflicts}")
+    selects, joins = [], []
+    for i, table in enumerate(dependents):
+        keys = ["deployment_id"] + [p for p in plans["deployments"].partitions if p in plans[table].partitions]
+        listed = ", ".join(q(k) for k in keys)
+        joins.append(f"left join (select {listed}, count(*) as _n from {table} group by {listed}) as n{i} on "
+                     + " and ".join(f"c.{q(k)} = n{i}.{q(k)}" for k in keys))
+        selects.append(f"coalesce(n{i}._n, 0) as {q(table)}")
+    return f"select c.*, {', '.join(selects)} from {conflicts} as c " + " ".join(joins)
+
+
 def clean_table_sql(schema: TableSchema, plan: TablePlan) -> list[str]:
     """Statements that turn ``_raw_<table>`` into the clean table: every row no rule rejected.
 
@@ -398,13 +463,11 @@ def clean_table_sql(schema: TableSchema, plan: TablePlan) -> list[str]:
     keep = (f"create or replace table _rejected_copy_{t} as select * from _raw_{t} "
             f"where rowid in (select _specan_row from _rejected_{t})")
     if schema.merge_identical_rows:
-        (key,) = schema.key
-        drop = ", ".join(["_specan_row"] + [q(p) for p in _partition_columns(schema, plan)])
-        return [keep, f"create or replace table {t} as select * exclude ({drop}) "
-                f"from (select *, rowid as _specan_row from _raw_{t}) r "
-                f"anti join _rejected_{t} j on r._specan_row = j._specan_row "
-                f"qualify row_number() over (partition by r.{q(key)} order by r._specan_row) = 1",
-                f"drop table _raw_{t}"]
+        classified = (f"(select r.*, j.reason as _reason from (select *, rowid as _specan_row from _raw_{t}) r "
+                      f"left join _rejected_{t} j on r._specan_row = j._specan_row)")
+        versions = versions_sql(schema, plan, classified)
+        return [keep] + [f"create or replace table {name} as {sql}" for name, sql in versions.items()] + [
+            f"drop table _raw_{t}"]
     return [keep, f"delete from _raw_{t} where rowid in (select _specan_row from _rejected_{t})",
             f"drop table if exists {t}",
             f"alter table _raw_{t} rename to {t}"]

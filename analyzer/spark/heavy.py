@@ -22,6 +22,7 @@ import pyarrow as pa
 from ..analysis import portable
 from ..analysis.views import ROUND_AGGREGATES, dependency_order, discover_views, scaleout_split
 from ..errors import EnvironmentProblem, InternalError, first_line
+from ..ingest import rules
 from ..ingest.load import LINKS, LoadSummary, aggregate_collision_sql, collision
 from .load import materialize
 
@@ -73,6 +74,8 @@ def reduced_frames(spark, progress: Progress | None = None) -> dict:
     input and metadata tables."""
     frames = run_heavy_pass(spark, progress)
     frames["deployments"] = spark.table("deployments")
+    for name in rules.VERSIONS["deployments"]:
+        frames[name] = spark.table(name)
     requests = spark.table("requests")
     # whether a request had token ids is all the local views read of them; the ids stay
     requests = requests.selectExpr(*[

@@ -28,9 +28,9 @@ import pyarrow as pa
 from ..analysis import portable
 from ..errors import EnvironmentProblem, InputProblem, InternalError, first_line
 from ..ingest import rules
-from ..ingest.load import (LINKS, LoadSummary, StructuralError, TableFiles, check_structure, collision, discover,
-                           parent_collision_sql, partition_values, table_plan, uncastable, unknown_entries,
-                           unreadable_file)
+from ..ingest.load import (DEPENDENT_TABLES, LINKS, LoadSummary, StructuralError, TableFiles, check_structure,
+                           collision, discover, parent_collision_sql, partition_values, table_plan, uncastable,
+                           unknown_entries, unreadable_file)
 from ..ingest.schema import TABLE_ORDER, load_schemas
 
 Progress = Callable[[str], None]
@@ -88,10 +88,12 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
         columns = [c for c in spark.table(f"_raw_{table}").columns]
         clean = classified.where("_reason is null").select(*columns)
         if schema.merge_identical_rows:
-            # identical copies are one row (rules.clean_table_sql): the key decides, and
-            # partition columns are dropped, as in DuckDB
-            partitions = [p for p in plan.partitions if p not in schema.column_names]
-            clean = clean.drop(*partitions).dropDuplicates(list(schema.key))
+            # each partition's version and the latest one, as in DuckDB (rules.versions_sql)
+            classified.createOrReplaceTempView(f"_classified_{table}")
+            for name, select in rules.versions_sql(schema, plan, f"_classified_{table}").items():
+                frame = materialize(spark.sql(portable.spark_sql(select)))
+                frame.createOrReplaceTempView(name if name != table else f"_clean_{table}")
+            clean = spark.table(f"_clean_{table}")
             rows_clean[table] = clean.count()
         else:
             rows_clean[table] = counts.get(None, 0)
@@ -108,6 +110,10 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
         union = union.unionByName(frame)
     union.createOrReplaceTempView("rejected_rows")
 
+    _versions, conflicts = rules.VERSIONS["deployments"]
+    counted = spark.sql(portable.spark_sql(rules.conflict_rows_sql(
+        plans, DEPENDENT_TABLES, any_conflict=spark.table(conflicts).count() > 0)))
+    materialize(counted).createOrReplaceTempView(conflicts)
     _metadata_views(spark, found, schemas, rows_read, rows_clean)
     _import_notes(spark, traces)
     summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected,
