@@ -106,7 +106,8 @@ def test_json_follows_the_contract(sample_json):
     assert doc["input"] == {"deployments": 18, "requests": 3600, "steps": 69437, "rounds": 470316, "intervals": 0,
                             "clean_rows": {"deployments": 6, "requests": 3600, "steps": 69437, "rounds": 470316,
                                            "intervals": 0},
-                            "rejected_rows": 0, "rejected_by_reason": {}, "rejected_by_table": {}}
+                            "rejected_rows": 0, "rejected_by_reason": {}, "rejected_by_table": {},
+                            "output_tokens_mismatch": {}, "deployment_changes": [], "deployment_conflicts": []}
     for section, keys in CONTRACT.items():
         assert doc[section], section
         for item in doc[section]:

@@ -193,14 +193,26 @@ def test_identical_deployments_copies_in_date_partitions_are_merged(tmp_path):
         ws.close()
 
 
-def test_deployments_differing_across_date_partitions_are_duplicate_key(tmp_path):
+def test_deployments_differing_across_date_partitions_are_versions_not_duplicates(tmp_path):
+    # each date's row is that date's configuration (tests/test_deployment_versions.py);
+    # the clean deployments keep the latest, γ = 2 of 2026-11-28
     write_table(tmp_path, "deployments", {"date=2026-11-27": [deployment("a", gamma=4)],
                                           "date=2026-11-28": [deployment("a", gamma=2)]})
     write_traces(tmp_path, rounds=[round_row("a", "r1", 0, 2, 1)])
     ws = open_traces(tmp_path)
     try:
-        # The deployments key has no partition column, so neither has its row_key.
-        assert rejected(ws) == [("deployments", "deployment_id=a", "duplicate_key")] * 2
+        assert rejected(ws) == []
+        assert ws.con.execute("select deployment_id, num_speculative_tokens from deployments").fetchall() == [("a", 2)]
+    finally:
+        ws.close()
+
+
+def test_deployments_differing_within_a_date_are_duplicate_key_with_the_date_in_the_key(tmp_path):
+    write_table(tmp_path, "deployments", {"date=2026-11-27": [deployment("a", gamma=4), deployment("a", gamma=2)]})
+    write_traces(tmp_path, rounds=[round_row("a", "r1", 0, 2, 1)])
+    ws = open_traces(tmp_path)
+    try:
+        assert rejected(ws) == [("deployments", "deployment_id=a, date=2026-11-27", "duplicate_key")] * 2
     finally:
         ws.close()
 
