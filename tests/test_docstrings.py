@@ -11,15 +11,17 @@ import pytest
 
 import analyzer
 
+# the package as installed (site-packages under CI's wheel install, the checkout when editable)
 PACKAGE = Path(analyzer.__file__).resolve().parent
-ROOT = PACKAGE.parent
+# the examples run where a user runs them: the repository root, where sample_traces/ is
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def modules_with_examples() -> list[str]:
     names = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if ">>>" in path.read_text(encoding="utf-8"):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
             names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
 
