@@ -173,8 +173,47 @@ def test_april_2025_layout_parses_and_a_line_without_time_is_exit_2(tmp_path):
                                        "--out", str(out)])
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {LOGS / 'v1_2025-04.log'}: nothing to import: the first metrics "
-                                    f"line that did not import is {LOGS / 'v1_2025-04.log'}:1; known layouts: ")
+                                    f"line that did not import is {LOGS / 'v1_2025-04.log'}:1: no date and time in "
+                                    "the line (pass --start TIME to anchor lines without one); known layouts: ")
     assert not out.exists()                 # nothing half-written
+    # … and with --start it is one interval ending then: 66 accepted of 66 drafted, no mean so no step count
+    result = CliRunner().invoke(main, ["import", "vllm-log", str(LOGS / "v1_2025-04.log"), "--deployment", "d",
+                                       "--start", "2025-04-01T09:00:00", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = [r for p in (out / "intervals").glob("*.parquet") for r in pq.read_table(p, partitioning=None).to_pylist()]
+    assert pick(row, *COUNTS) == (None, t("2025-04-01T09:00:00"), None, 66, 66, None)
+    assert "1 line without a date and time anchored at --start" in result.stdout
+
+
+def test_start_anchors_lines_without_a_time_one_logging_interval_apart(tmp_path):
+    # v1_newest.log's load and spec lines (club-3090#105) as the message alone, without vLLM's prefix: two ticks,
+    # anchored at --start and 10 s (V1's default logging interval) on, the second chained to the first
+    real = (LOGS / "v1_newest.log").read_text().splitlines()[1:]
+    bare = [line[line.index("] ") + 2:] for line in real]
+    log = tmp_path / "bare.log"
+    log.write_text("\n".join(bare) + "\n")
+    out = tmp_path / "traces"
+    result = CliRunner().invoke(main, ["import", "vllm-log", str(log), "--deployment", "d",
+                                       "--start", "2026-05-08T16:00:00", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = sorted((r for p in (out / "intervals").glob("*.parquet")
+                   for r in pq.read_table(p, partitioning=None).to_pylist()), key=lambda r: r["end_time"])
+    # 1572 / 6 = 262 and 1590 / 6 = 265 steps (test_newest_layout); the loads 74.7 and 72.0 tokens/s
+    assert [pick(r, "start_time", "end_time", "num_drafts", "num_accepted_tokens", "generation_tokens_per_s")
+            for r in rows] == [(None, t("2026-05-08T16:00:00"), 262, 489, 74.7),
+                               (t("2026-05-08T16:00:00"), t("2026-05-08T16:00:10"), 265, 455, 72.0)]
+    assert "4 lines without a date and time anchored at --start" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["vllm-log", "--start", "yesterday"], "--start: 'yesterday' is not an ISO-8601 time"),
+    (["sglang-log", "--start", "2026-01-01T00:00:00"], "--start applies to llamacpp-log and vllm-log only"),
+])
+def test_start_refused(tmp_path, args, message):
+    result = CliRunner().invoke(main, ["import", args[0], str(LOGS / "v1_2025-04.log"), *args[1:],
+                                       "--deployment", "d", "--out", str(tmp_path / "traces")])
+    assert result.exit_code == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_log_shipper_timestamps_and_colours_do_not_split_a_series(tmp_path):

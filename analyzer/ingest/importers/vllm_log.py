@@ -63,7 +63,11 @@ load, never an interval of its own: a load line with no spec line at its tick
 
 Times come from the vLLM prefix ``INFO MM-DD HH:MM:SS``, which has no year
 (``--year``) and no time zone (read as UTC); a leading ISO timestamp that a log
-shipper added is only used when the vLLM prefix is missing.
+shipper added is only used when the vLLM prefix is missing. A line with neither
+(the message alone, as pasted in a PR) has no time: ``--start TIME`` anchors such
+lines, the first tick of a series at TIME and each later one a logging interval
+on (vLLM's defaults: 5 s for V0, ``_LOCAL_LOGGING_INTERVAL_SEC``; 10 s for V1,
+``VLLM_LOG_STATS_INTERVAL``), with a note that these times are assumed.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .common import (ImportInputError, ImportSummary, Overrides, TraceWriter, datetime_us, deployment_row,
-                     finish, open_input)
+                     finish, open_input, parse_time)
 
 SOURCE = "vllm-log"
 INTERVAL_SOURCE = "vllm_log"
@@ -84,6 +88,10 @@ INTERVAL_SOURCE = "vllm_log"
 OTHER_LINE = "not a speculative-decoding metrics line"
 NOT_PARSED = "metrics line that does not parse"
 NO_TIME = "metrics line without a date and time"
+NO_TIME_HINT = "no date and time in the line (pass --start TIME to anchor lines without one)"
+# vLLM's default logging intervals, µs: V0 `_LOCAL_LOGGING_INTERVAL_SEC`, V1 `VLLM_LOG_STATS_INTERVAL`
+TICK_V0_US = 5_000_000
+TICK_V1_US = 10_000_000
 BAD_DATE = "metrics line with an impossible date"
 LOAD_NO_TIME = "load line without a date and time"
 LOAD_ALONE = ("load line with no spec line at its tick (nothing drafted, or the line is missing): a speculative "
@@ -269,6 +277,18 @@ class _Series:
     load_end: int | None = None
     tick_end: int | None = None          # the previous printed tick (load or spec line)
     tick_busy: bool = False              # ... and whether vLLM surely printed the tick after it
+    untimed_ticks: int = 0               # ticks anchored at --start so far (lines without a time)
+    load_tick: int | None = None         # … the one the pending load line was given
+
+    def anchored(self, start_us: int, tick_us: int, opens_tick: bool) -> int:
+        """The assumed time of a line without one: a tick of its own (``opens_tick``), else the tick
+        of the load line before it (vLLM prints the load line, then the spec line, at one tick)."""
+        if not opens_tick and self.load and self.load_tick is not None:
+            return start_us + self.load_tick * tick_us
+        tick, self.untimed_ticks = self.untimed_ticks, self.untimed_ticks + 1
+        if opens_tick:
+            self.load_tick = tick
+        return start_us + tick * tick_us
 
     def window_start(self) -> int | None:
         """Where an interval ending at this tick starts: the previous tick, when it was busy."""
@@ -325,12 +345,16 @@ def _stamp(line: str, before: int, series: _Series, default_year: int) -> tuple[
 
 
 def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id: str,
-                    overrides: Overrides | None = None, year: int | None = None) -> ImportSummary:
+                    overrides: Overrides | None = None, year: int | None = None,
+                    start: str | None = None) -> ImportSummary:
     """Import vLLM log files into TRACES ``out`` as intervals of ``deployment_id``: its spec lines,
-    or, in a log without any, its load lines (a baseline deployment)."""
+    or, in a log without any, its load lines (a baseline deployment). ``start`` (ISO-8601) anchors
+    the lines that carry no time."""
     overrides = overrides or Overrides()
     year = year if year is not None else dt.datetime.now(dt.timezone.utc).year
-    writer = TraceWriter(Path(out), SOURCE, files, options=f"deployment={deployment_id} year={year} {overrides}")
+    start_us = parse_start(start)
+    writer = TraceWriter(Path(out), SOURCE, files,
+                         options=f"deployment={deployment_id} year={year} start={start} {overrides}")
     writer.check_layout(("intervals", "import_notes"))
     # Skips are noted with their first places (_notes), so none is persisted twice.
     summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NOT_PARSED, NO_TIME, BAD_DATE,
@@ -338,7 +362,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}
     alone: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}   # load lines without a spec line
     counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0,
-              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0, "from_start": 0}
+              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0, "from_start": 0, "anchored": 0}
     disagreeing: dict[str, list[str]] = {}   # printed ratio the counts contradict → places
     layouts: dict[str, int] = {}
     load_layouts: dict[str, int] = {}
@@ -390,6 +414,12 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                         load_alone(series, name)
                         start = _LOAD_START.search(line)
                         end_us, problem = _stamp(line, start.start() if start else len(line), series, year)
+                        if problem == NO_TIME and start_us is not None:
+                            tick = TICK_V0_US if "Pending:" in line else TICK_V1_US
+                            end_us, problem = series.anchored(start_us, tick, opens_tick=True), None
+                            counts["anchored"] += 1
+                        else:
+                            series.load_tick = None
                         if problem:
                             summary.skip(LOAD_NO_TIME if problem == NO_TIME else BAD_DATE, place=place)
                         series.load = {**parse_load(line), "layout": _load_layout(line), "place": place}
@@ -402,6 +432,10 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 series = series_of.setdefault(name, _Series(year=year))
                 end_us, problem = _stamp(line, marker.start(), series, year)
                 numbers = parse_metrics(line[marker.start():])
+                if problem == NO_TIME and start_us is not None:
+                    tick = TICK_V0_US if numbers is not None and numbers["cumulative"] else TICK_V1_US
+                    end_us, problem = series.anchored(start_us, tick, opens_tick=False), None
+                    counts["anchored"] += 1
                 load, series.load = series.load, {}          # the load line of this tick, if any
                 window_start = series.window_start()
                 if numbers is None:
@@ -479,14 +513,27 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     return finish(writer, summary, deployment_id)
 
 
+def parse_start(start: str | None) -> int | None:
+    """``--start``: an ISO-8601 time (UTC without an offset) → epoch µs."""
+    if start is None:
+        return None
+    when = parse_time(start) if not start.strip().lstrip("-").replace(".", "", 1).isdigit() else None
+    if when is None:
+        raise ImportInputError(f"--start: {start!r} is not an ISO-8601 time like 2026-05-30T07:49:11")
+    return when
+
+
 def _nothing_found(first_unparsed: str | None, where: dict, spec_lines: int) -> str:
-    """Why a file imported nothing, naming what was looked for and the first line that did not import."""
-    tried = first_unparsed or next((p for r in (NO_TIME, BAD_DATE) for p in where.get(r, [])), None)
-    if tried:
-        return f"the first metrics line that did not import is {tried}"
+    """Why a file imported nothing, naming what was looked for and the first line that did not import,
+    with its cause."""
+    if first_unparsed:
+        return f"the first metrics line that did not import is {first_unparsed} (it does not parse)"
+    for reason, cause in ((NO_TIME, NO_TIME_HINT), (BAD_DATE, "an impossible date")):
+        if where.get(reason):
+            return f"the first metrics line that did not import is {where[reason][0]}: {cause}"
     if not spec_lines and where.get(LOAD_NO_TIME):
         return (f"no speculative-decoding metrics line, and the load lines have no date and time "
-                f"(first at {where[LOAD_NO_TIME][0]})")
+                f"(first at {where[LOAD_NO_TIME][0]}; pass --start TIME to anchor lines without one)")
     return ("no line looks like vLLM's speculative-decoding metrics or its load line "
             "(`Avg generation throughput: … Running: N reqs`)")
 
@@ -548,6 +595,10 @@ def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, 
         note(f"{plural(unstarted, 'interval')} without a start time: the first of a series, or after a tick "
              "that printed zero prompt and generation throughput (vLLM prints no line for an idle tick after "
              "an idle one, so the window of the throughput is unknown)")
+    if counts["anchored"]:
+        note(f"{plural(counts['anchored'], 'line')} without a date and time anchored at --start: each series' "
+             "first tick at --start, each later tick one logging interval on (vLLM's defaults: 5 s for V0, "
+             "10 s for V1); these times are assumed, not read")
     note(f"log times have no year and no time zone: read as UTC in {year}"
          + (f" ({plural(counts['rollovers'], 'year rollover')} from December to January)"
             if counts["rollovers"] else ""))
