@@ -88,26 +88,29 @@ def assert_one_line_exit_2(result, *fragments: str) -> None:
 
 
 def test_eagle3_lines_same_second_and_cut(tmp_path):
+    # sglang#11948: 6 decode lines, 2 at 10:27:57 (lines 2–3), 3 at :58 (lines 4–6), 1 at :59 (line 7): all
+    # six are batches of their own and kept, the i-th of n in a second at + i/n s (1/3 s = 333333 µs)
     out = tmp_path / "t"
     summary = import_sglang_log([LOGS / "eagle3_tp0.log"], out, "sg")
     assert intervals(out) == [
         # line 2, 10:27:57, the series' first decode line: no start. kv = token usage 0.00
         interval("TP0", None, "2025-10-22T10:27:57", 1, 0, 0.39, 0.0, 2.17),
-        # line 3 is also 10:27:57: skipped (the key would repeat). Line 4, 10:27:58, starts at line 3
-        interval("TP0", "2025-10-22T10:27:57", "2025-10-22T10:27:58", 1, 0, 165.41, 0.0, 1.80),
-        # lines 5 and 6 are 10:27:58 too. Line 7, 10:27:59, ends in "cuda graph: Tru": no throughput,
-        # no #queue-req; it starts at line 6 (10:27:58)
-        interval("TP0", "2025-10-22T10:27:58", "2025-10-22T10:27:59", 1, None, None, 0.0, 1.57),
+        # line 3, the 2nd of 2 at :57: + 1/2 s, from line 2
+        interval("TP0", "2025-10-22T10:27:57", "2025-10-22T10:27:57.500000", 1, 0, 178.86, 0.0, 1.95),
+        # lines 4, 5, 6: the three of :58 at + 0, 1/3, 2/3 s, each from the line before
+        interval("TP0", "2025-10-22T10:27:57.500000", "2025-10-22T10:27:58", 1, 0, 165.41, 0.0, 1.80),
+        interval("TP0", "2025-10-22T10:27:58", "2025-10-22T10:27:58.333333", 1, 0, 188.68, 0.0, 2.05),
+        interval("TP0", "2025-10-22T10:27:58.333333", "2025-10-22T10:27:58.666666", 1, 0, 165.59, 0.0, 1.80),
+        # line 7, alone at :59, ends in "cuda graph: Tru": no throughput, no #queue-req; from line 6
+        interval("TP0", "2025-10-22T10:27:58.666666", "2025-10-22T10:27:59", 1, None, None, 0.0, 1.57),
     ]
-    assert summary.skipped == {sl.SAME_SECOND: 3, sl.OTHER_LINE: 1}     # the Prefill batch line is line 1
+    assert summary.skipped == {sl.OTHER_LINE: 1}     # the Prefill batch line is line 1
     text = notes(out)
-    assert f"3 lines skipped ({sl.SAME_SECOND}), first at {LOGS / 'eagle3_tp0.log'}:3, " \
-           f"{LOGS / 'eagle3_tp0.log'}:5, {LOGS / 'eagle3_tp0.log'}:6" in text
-    assert "SGLANG_LOG_MS=1" in text
-    assert "layouts read: `Decode batch.` with accept rate (3)" in text
+    assert "5 decode lines share their printed time with other lines of their series" in text
+    assert "layouts read: `Decode batch.` with accept rate (6)" in text
     assert "1 decode line cut short (no #queue-req)" in text
     # no --sglang-version: the accept rate is dropped, and said so
-    assert "accept rate dropped from 3 lines: its meaning changed in SGLang 0.5.11" in text
+    assert "accept rate dropped from 6 lines: its meaning changed in SGLang 0.5.11" in text
     assert "pass --sglang-version to keep it" in text
     assert "reported_accept_rate" not in rows(out, "intervals")[0]
     # nothing gives the draft size: fallbacks
@@ -120,12 +123,14 @@ def test_old_accept_rate_kept_with_version(tmp_path, rate_columns):
     import_sglang_log([LOGS / "eagle3_tp0.log"], out, "sg", sglang_version="0.5.4")
     got = intervals(out)
     assert [(r["reported_accept_rate"], r["reported_accept_rate_definition"]) for r in got] == [
-        (0.54, OLD_STEPS), (0.45, OLD_STEPS), (0.39, OLD_STEPS)]       # lines 2, 4 and 7
+        (0.54, OLD_STEPS), (0.49, OLD_STEPS), (0.45, OLD_STEPS), (0.51, OLD_STEPS), (0.45, OLD_STEPS),
+        (0.39, OLD_STEPS)]                                              # lines 2 to 7
     # old meaning, rate = len / (k + 1): 2.17/0.54 → k + 1 in [2.165/0.545, 2.175/0.535] = [3.97, 4.07],
-    # 1.80/0.45 → [1.795/0.455, 1.805/0.445] = [3.95, 4.06], 1.57/0.39 → [3.96, 4.09]: k + 1 = 4
+    # 1.95/0.49 → [1.945/0.495, 1.955/0.485] = [3.93, 4.03], 1.80/0.45 → [1.795/0.455, 1.805/0.445] = [3.95, 4.06],
+    # 2.05/0.51 → [2.045/0.515, 2.055/0.505] = [3.97, 4.07], 1.57/0.39 → [3.96, 4.09]: k + 1 = 4
     assert rows(out, "deployments")[0]["num_speculative_tokens"] == 3
     text = notes(out)
-    assert f"accept rate kept on 3 lines as SGLang 0.5.4 means it: {OLD_STEPS}" in text
+    assert f"accept rate kept on 6 lines as SGLang 0.5.4 means it: {OLD_STEPS}" in text
     assert "num_speculative_tokens = 3: the only whole number of draft tokens per verify step" in text
 
 
@@ -133,7 +138,7 @@ def test_rate_not_stored_without_the_schema_columns(tmp_path, no_rate_columns):
     out = tmp_path / "t"
     import_sglang_log([LOGS / "eagle3_tp0.log"], out, "sg", sglang_version="0.5.4")
     assert "reported_accept_rate" not in intervals(out)[0]
-    assert "accept rate not stored (3 lines): the intervals schema has no reported_accept_rate column" \
+    assert "accept rate not stored (6 lines): the intervals schema has no reported_accept_rate column" \
         in notes(out)
     # the draft size still comes from the rate
     assert rows(out, "deployments")[0]["num_speculative_tokens"] == 3
@@ -144,7 +149,7 @@ def test_version_without_an_accept_rate(tmp_path, rate_columns):
     out = tmp_path / "t"
     import_sglang_log([LOGS / "eagle3_tp0.log"], out, "sg", sglang_version="0.5.3")
     assert "reported_accept_rate" not in intervals(out)[0]
-    assert "accept rate dropped from 3 lines: SGLang 0.5.3 releases print none" in notes(out)
+    assert "accept rate dropped from 6 lines: SGLang 0.5.3 releases print none" in notes(out)
     assert rows(out, "deployments")[0]["num_speculative_tokens"] == 0
 
 
@@ -246,11 +251,13 @@ def test_several_files(tmp_path):
     out = tmp_path / "t"
     import_sglang_log([LOGS / "eagle3_tp0.log", LOGS / "npu_tp0_ep0.log"], out, "sg")
     assert [(r["series"], r["end_time"]) for r in intervals(out)] == [
-        ("TP0", t("2025-10-22T10:27:57")), ("TP0", t("2025-10-22T10:27:58")), ("TP0", t("2025-10-22T10:27:59")),
+        ("TP0", t("2025-10-22T10:27:57")), ("TP0", t("2025-10-22T10:27:57.5")), ("TP0", t("2025-10-22T10:27:58")),
+        ("TP0", t("2025-10-22T10:27:58.333333")), ("TP0", t("2025-10-22T10:27:58.666666")),
+        ("TP0", t("2025-10-22T10:27:59")),
         ("TP0 EP0", t("2026-07-21T15:00:13")), ("TP0 EP0", t("2026-07-21T15:00:17")),
         ("TP0 EP0", t("2026-07-21T15:00:21"))]
-    # 3 + 3 lines with an accept rate, both dropped without a version
-    assert "accept rate dropped from 6 lines" in notes(out)
+    # 6 + 3 lines with an accept rate, both dropped without a version
+    assert "accept rate dropped from 9 lines" in notes(out)
 
 
 def test_prefix_variants(tmp_path):
@@ -305,16 +312,19 @@ def test_a_log_without_speculation_is_a_baseline(tmp_path):
     assert "layouts read: `Decode batch,` (3)" in notes(out)
 
 
-def test_baseline_decode_lines_chain_and_skip_a_repeated_second(tmp_path):
+def test_baseline_decode_lines_chain_and_order_within_a_second(tmp_path):
     # no_spec_qwq32b.log (sglang#6949, "without eagle"): 21:25:14, :14, :15, :15 and a line cut at "#toke"
-    # at :15. Lines 2, 4 and 5 repeat the second of the line imported before them; line 3 starts at line
-    # 2's time, the last decode line before it.
+    # at :15. Every line is kept: the 2 of :14 at + 0 and 1/2 s, the 3 of :15 at + 0, 1/3, 2/3 s, each
+    # from the line before; the cut line keeps only its running count.
     out = tmp_path / "t"
     summary = import_sglang_log([LOGS / "no_spec_qwq32b.log"], out, "sg", Overrides(method="none"))
-    assert intervals(out) == [plain("TP0", None, "2025-06-07T21:25:14", 1, 0, 97.52, 0.0),
-                              plain("TP0", "2025-06-07T21:25:14", "2025-06-07T21:25:15", 1, 0, 97.63, 0.0)]
-    assert summary.skipped == {sl.SAME_SECOND: 3}
-    assert summary.places[sl.SAME_SECOND] == [f"{LOGS / 'no_spec_qwq32b.log'}:{n}" for n in (2, 4, 5)]
+    assert intervals(out) == [
+        plain("TP0", None, "2025-06-07T21:25:14", 1, 0, 97.52, 0.0),
+        plain("TP0", "2025-06-07T21:25:14", "2025-06-07T21:25:14.500000", 1, 0, 97.58, 0.0),
+        plain("TP0", "2025-06-07T21:25:14.500000", "2025-06-07T21:25:15", 1, 0, 97.63, 0.0),
+        plain("TP0", "2025-06-07T21:25:15", "2025-06-07T21:25:15.333333", 1, 0, 97.50, 0.0),
+        plain("TP0", "2025-06-07T21:25:15.333333", "2025-06-07T21:25:15.666666", 1, None, None, None)]
+    assert summary.skipped == {}
 
 
 def test_baseline_layouts_without_spec_fields(tmp_path):

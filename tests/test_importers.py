@@ -511,12 +511,12 @@ def test_vllm_log_intervals(vlog):
          "num_drafts": 203, "num_draft_tokens": 609, "num_accepted_tokens": 101,
          "accepted_per_position": [70, 25, 6], "source": "vllm_log", **none,
          "reported_accept_length": 1.50, "reported_accept_length_definition": mean},
-        # mean 1.00: mean − 1 = 0, num_drafts unknown. It starts at 07:49:36, the metrics line that did
-        # not parse (vLLM reset its counters when it printed that line)
+        # mean 1.00, nothing accepted: 30 / 3 = 10 steps (1 + 0 / 10 = 1.00), every position 0. It starts
+        # at 07:49:36, the metrics line that did not parse (vLLM reset its counters when it printed that line)
         {"deployment_id": "eagle-a", "series": series, "start_time": t("2026-05-30T07:49:36"),
          "end_time": t("2026-05-30T07:49:41"),
-         "num_drafts": None, "num_draft_tokens": 30, "num_accepted_tokens": 0,
-         "accepted_per_position": None, "source": "vllm_log", **none,
+         "num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 0,
+         "accepted_per_position": [0, 0, 0], "source": "vllm_log", **none,
          "reported_accept_length": 1.00, "reported_accept_length_definition": mean},
     ]
 
@@ -529,9 +529,9 @@ def test_vllm_log_skipped_lines_and_notes(vlog):
     assert "        1  metrics line that does not parse" in stdout
     assert "        1  metrics line without a date and time" in stdout
     kept = notes(out)
-    assert any(n.startswith("num_drafts = Drafted / k on 3 intervals") for n in kept)
+    assert any(n.startswith("num_drafts = Drafted / k on 4 intervals") for n in kept)
     assert not any(n.startswith("num_drafts is approximate") for n in kept)
-    assert any(n.startswith("num_drafts unknown on 1 interval") for n in kept)
+    assert not any(n.startswith("num_drafts unknown") for n in kept)
     fixture = FIXTURES / "vllm.log"
     assert f"1 line skipped (metrics line that does not parse), first at {fixture}:11" in kept
     assert f"1 line skipped (metrics line without a date and time), first at {fixture}:12" in kept
@@ -564,13 +564,17 @@ def test_vllm_log_parser_anchors_on_avg_draft_acceptance_rate():
             "Drafted throughput: 40.00 tokens/s, Accepted: 210 tokens, Drafted: 400 tokens, "
             "Per-position acceptance rate: 0.900, 0.700, 0.500, Avg Draft acceptance rate: 52.5%")
     assert parse_metrics(text) == {"layout": "newest", "cumulative": False, "accepted": 210, "drafted": 400,
-                                   "emitted": None, "k": None, "mean": 3.10, "rates": [0.9, 0.7, 0.5]}
+                                   "emitted": None, "k": None, "mean": 3.10, "rates": [0.9, 0.7, 0.5],
+                                   "printed": {"avg_rate": (52.5, 1), "accepted_per_s": (21.0, 2),
+                                               "drafted_per_s": (40.0, 2), "rates": (2.1, 3)}}
     assert num_drafts_from(210, 3.10) == (100, "approximate")          # 210 / 2.10
     # 100 steps of at most 3 drafts can't have drafted 400 tokens: at least ceil(400 / 3) = 134
     assert num_drafts_from(210, 3.10, 400, 3) == (134, "approximate")
     assert num_drafts_from(210, 3.10, 80, 3) == (80, "approximate")    # nor more steps than drafted tokens
     assert num_drafts_from(210, 3.10, 300, 3) == (100, "fixed_k")      # 300 / 3, and 1 + 210 / 100 = 3.10
     assert num_drafts_from(0, 1.00) == (None, None)
+    assert num_drafts_from(0, 1.00, 30, 3) == (10, "fixed_k")         # nothing accepted: 30 / 3 steps
+    assert num_drafts_from(0, 1.00, 31, 3) == (None, None)            # … unless 3 does not divide Drafted
 
 
 # =========================================================================== prometheus

@@ -137,16 +137,22 @@ def test_the_same_deployment_with_and_without_mtp_never_shared_a_load(tmp_path):
 
 
 def test_sglang_logs_speedup_by_hand(tmp_path):
-    # D: sglang#11948 (eagle3_tp0.log), 1 running: lines at :57 (first), :57, :58, :58, :58 (same second:
-    # skipped) and :59 (cut before its throughput). One usable interval, :57 → :58 at 165.41 tokens/s.
-    # B: sglang#6949 without EAGLE (no_spec_qwq32b.log): :14 (first), then :15 at 97.63 tokens/s over 1 s.
+    # D: sglang#11948 (eagle3_tp0.log), 1 running: lines at :57 (first), :57, :58, :58, :58 and :59 (cut before
+    # its throughput). The lines of one second are ordered within it (+ i/n s), so four usable intervals:
+    # 178.86 over 0.5 s, 165.41 over 0.5 s, 188.68 over 1/3 s (333333 µs) and 165.59 over 333333 µs.
+    # B: sglang#6949 without EAGLE (no_spec_qwq32b.log): :14 (first), :14, :15, :15, :15 (cut): 97.58 over 0.5 s,
+    # 97.63 over 0.5 s, 97.50 over 333333 µs. Each side is its time-weighted mean throughput.
+    d_side = (178.86 * 500_000 + 165.41 * 500_000 + 188.68 * 333_333 + 165.59 * 333_333) / 1_666_666
+    b_side = (97.58 * 500_000 + 97.63 * 500_000 + 97.50 * 333_333) / 1_333_333
+    assert (round(d_side, 4), round(b_side, 4)) == (174.135, 97.5788)
     traces = tmp_path / "traces"
     import_log(traces, "sglang-log", [SGLANG / "eagle3_tp0.log"], "eagle3")
     import_log(traces, "sglang-log", [SGLANG / "no_spec_qwq32b.log"], "plain")
     d = deployment(report(tmp_path, traces, FLOOR_1), "eagle3")
-    assert d["log_speedup"] == pytest.approx(165.41 / 97.63, rel=1e-12)
-    # one interval on each side: every replicate that weighs both is the same ratio
-    assert d["log_speedup_interval"] == [pytest.approx(165.41 / 97.63, rel=1e-12)] * 2
+    assert d["log_speedup"] == pytest.approx(d_side / b_side, rel=1e-12)
+    # the bootstrap resamples intervals: its ends lie within the ratios one interval of each side can give
+    low, high = d["log_speedup_interval"]
+    assert 165.41 / 97.63 - 1e-12 <= low <= d["log_speedup"] <= high <= 188.68 / 97.50 + 1e-12
     assert d["log_speedup_evidence"]["left_out"] == {"without_start": 1, "idle": 0, "without_throughput": 1,
                                                      "without_running": 0}
 

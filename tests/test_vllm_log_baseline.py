@@ -145,7 +145,13 @@ def test_load_lines_without_a_time_exit_2_naming_the_first(tmp_path):
     result = run("import", "vllm-log", log, "--deployment", "b", "--out", tmp_path / "traces")
     assert result.exit_code == 2
     assert (f"nothing to import: no speculative-decoding metrics line, and the load lines have no date and time "
-            f"(first at {log}:1)") in result.stderr
+            f"(first at {log}:1; pass --start TIME to anchor lines without one)") in result.stderr
+    # anchored at --start: a baseline interval of its own, the first of its series (no start): 0 running, 10.0 tokens/s
+    out = tmp_path / "anchored"
+    result = run("import", "vllm-log", log, "--deployment", "b", "--start", "2025-04-01T12:00:00", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert [(r["start_time"], r["end_time"], r["running_requests"], r["generation_tokens_per_s"])
+            for r in rows(out, "intervals")] == [(None, t("2025-04-01T12:00:00"), 0, 10.0)]
 
 
 def test_aggregated_engines_load_lines(tmp_path):

@@ -42,7 +42,7 @@ __all__ = ["SOURCES", "DeploymentMap", "ImportConflict", "ImportInputError", "Im
 def run_import(source: str, files: Sequence[str | Path], out: str | Path, deployment: str | Sequence[str], *,
                model: str | None = None, method: str | None = None, num_speculative_tokens: int | None = None,
                year: int | None = None, sglang_version: str | None = None,
-               time: str | None = None) -> ImportSummary:
+               time: str | None = None, start: str | None = None) -> ImportSummary:
     """Run the importer of ``source`` (one of SOURCES). ``deployment`` is one id; for prometheus it may
     also be a list of ``label=value:ID`` pairs."""
     overrides = Overrides(model=model, method=method, num_speculative_tokens=num_speculative_tokens)
@@ -50,6 +50,8 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
         raise ImportInputError(f"unknown source {source!r}: expected one of {', '.join(SOURCES)}")
     if year is not None and source != "vllm-log":
         raise ImportInputError("--year applies to vllm-log only")
+    if start is not None and source not in ("llamacpp-log", "vllm-log"):
+        raise ImportInputError("--start applies to llamacpp-log and vllm-log only")
     if time is not None and source != "prometheus":
         raise ImportInputError("--time applies to prometheus only")
     if sglang_version is not None and source != "sglang-log":
@@ -62,7 +64,7 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
     if len(ids) != 1 or not ids[0]:
         raise ImportInputError(f"--deployment: {source} takes exactly one deployment id")
     if source == "vllm-log":
-        return import_vllm_log(files, out, ids[0], overrides, year=year)
+        return import_vllm_log(files, out, ids[0], overrides, year=year, start=start)
     if source == "sglang-log":
         return import_sglang_log(files, out, ids[0], overrides, sglang_version=sglang_version)
     if source == "vllm-responses":

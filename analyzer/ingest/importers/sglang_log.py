@@ -38,9 +38,12 @@ An interval starts at the previous decode line of its series: SGLang averages th
 generation throughput since its previous decode line, whatever came between, so that
 is the window its throughput covers (a line without a time breaks the chain). SGLang's
 times are whole seconds (milliseconds only with SGLANG_LOG_MS=1) and it often logs
-twice in a second: a line in the same second as the last imported line of its series
-would repeat the interval key, so it is skipped and counted. Times have no time zone
-and are read as UTC.
+several times in a second, each line a batch of its own: every line is kept, and the
+n lines of one series printed with one time get an order within it, the i-th (from 0)
+at that time + i/n of the printed resolution (a second, or a millisecond), so the key
+(series, end_time) never repeats and the chain keeps the log's order. The lengths of
+such windows are estimates (a note says so); the total over a run of lines is not.
+Times have no time zone and are read as UTC.
 
 **Baseline logs.** A log whose decode lines never print accept len or accept rate
 comes from a server that does not speculate: each decode line becomes an interval
@@ -54,6 +57,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +73,6 @@ NO_SPEC = "decode line without accept len (speculative decoding off)"
 NOT_PARSED = "decode line that does not parse"
 NO_TIME = "decode line without a date and time"
 BAD_DATE = "decode line with an impossible date"
-SAME_SECOND = "decode line in the same second as the previous imported line of its series"
 
 LAYOUTS = ("`Decode batch. #running-req, #token, token usage, accept len, gen throughput (token/s), #queue-req` "
            "(0.4.1.post*–0.4.6)",
@@ -184,12 +187,16 @@ def draft_tokens_per_step(pairs: Sequence[tuple[float, float]], kind: str) -> tu
 @dataclass
 class _Series:
     previous_end: int | None = None     # the previous decode line of the series (its counters reset there)
-    last_row_end: int | None = None     # the previous imported line with accept len
-    last_plain_end: int | None = None   # the previous line that would import in a log without any
 
 
-def _stamp(line: str, before: int) -> tuple[int | None, str | None, re.Match | None]:
-    """(epoch µs, problem, SGLang prefix match) of a line: SGLang's own prefix, else a shipper's ISO time."""
+def _resolution_us(fraction: str | None) -> int:
+    """The step of a printed time: a whole second, or its last printed decimal."""
+    return 10 ** (6 - min(len(fraction), 6)) if fraction else 1_000_000
+
+
+def _stamp(line: str, before: int) -> tuple[int | None, str | None, re.Match | None, int]:
+    """(epoch µs, problem, SGLang prefix match, printed resolution µs) of a line: SGLang's own prefix,
+    else a shipper's ISO time."""
     head = line[:before]
     m = None
     for m in _PREFIX.finditer(head):
@@ -199,18 +206,31 @@ def _stamp(line: str, before: int) -> tuple[int | None, str | None, re.Match | N
             when = dt.datetime(int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]),
                                int((m[7] or "0").ljust(6, "0")), tzinfo=dt.timezone.utc)
         except ValueError:
-            return None, BAD_DATE, m
-        return datetime_us(when), None, m
+            return None, BAD_DATE, m, 0
+        return datetime_us(when), None, m, _resolution_us(m[7])
     iso = _ISO.match(line)
     if iso is not None:
         try:
             when = dt.datetime.fromisoformat(iso.group(0).strip().replace("Z", "+00:00").replace(" ", "T"))
         except ValueError:
-            return None, BAD_DATE, None
+            return None, BAD_DATE, None, 0
         if when.tzinfo is None:
             when = when.replace(tzinfo=dt.timezone.utc)
-        return datetime_us(when.astimezone(dt.timezone.utc)), None, None
-    return None, NO_TIME, None
+        return datetime_us(when.astimezone(dt.timezone.utc)), None, None, _resolution_us(iso[7])
+    return None, NO_TIME, None, 0
+
+
+def _decode_lines(path: Path):
+    """(line number, line, marker, (epoch µs, problem, prefix, resolution), series name) of each decode line."""
+    with open_input(path) as fh:
+        for number, raw in enumerate(fh, start=1):
+            line = _ANSI.sub("", raw.rstrip("\r\n"))
+            marker = _MARKER.search(line)
+            if marker is None:
+                yield number, line, None, None, None
+                continue
+            stamp = _stamp(line, marker.start())
+            yield number, line, marker, stamp, _series_name(line, stamp[2], marker.start())
 
 
 def _series_name(line: str, prefix: re.Match | None, before: int) -> str:
@@ -236,93 +256,86 @@ def import_sglang_log(files: Sequence[str | Path], out: str | Path, deployment_i
     writer.check_layout(("intervals", "import_notes"))
     store_rate = meaning is not None and all(c in _schema_columns("intervals") for c in RATE_COLUMNS)
     summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NO_SPEC, NOT_PARSED, NO_TIME,
-                                                                        BAD_DATE, SAME_SECOND}))
+                                                                        BAD_DATE}))
     columns = INTERVAL_COLUMNS + LOAD_COLUMNS + (RATE_COLUMNS if store_rate else ())
     cols: dict[str, list] = {c: [] for c in columns}
     plain: dict[str, list] = {c: [] for c in columns}      # the decode lines without accept len
-    counts = {"rates": 0, "cut": 0, "pools": 0, "backwards": 0, "speculative_lines": 0}
-    plain_counts = {"rates": 0, "cut": 0, "pools": 0, "backwards": 0}
+    counts = {"rates": 0, "cut": 0, "pools": 0, "backwards": 0, "speculative_lines": 0, "ordered": 0}
+    plain_counts = {"rates": 0, "cut": 0, "pools": 0, "backwards": 0, "ordered": 0}
     layouts: dict[str, int] = {}
     plain_layouts: dict[str, int] = {}
     where = summary.places               # skip reason → its first three places (file:line)
     no_spec: list[str] = []              # places of decode lines without accept len
-    plain_same_second: list[str] = []
     pairs: list[tuple[float, float]] = []
     first_unparsed: str | None = None
 
     for path in files:
         path = Path(path)
-        fh = open_input(path)
         series_of: dict[str, _Series] = {}
-        with fh:
-            for number, raw in enumerate(fh, start=1):
-                line = _ANSI.sub("", raw.rstrip("\r\n"))
-                place = f"{path}:{number}"
-                marker = _MARKER.search(line)
-                if marker is None:
-                    summary.skip(OTHER_LINE)
-                    continue
-                end_us, problem, prefix = _stamp(line, marker.start())
-                name = _series_name(line, prefix, marker.start())
-                series = series_of.setdefault(name, _Series())
-                start_us = series.previous_end
-                # SGLang resets its counters and its throughput clock when it logs; a line without a
-                # time ends a window nobody knows
-                series.previous_end = end_us
-                message = line[marker.start():]
-                fields = parse_decode(message)
-                speculative = "accept_len" in fields
-                if "accept len" in message or "accept rate" in message:
-                    counts["speculative_lines"] += 1
-                    if not speculative:
-                        first_unparsed = first_unparsed or place
-                        summary.skip(NOT_PARSED, place=place)
-                        continue
-                if problem:
-                    summary.skip(problem, place=place)
-                    continue
+        # how many decode lines of a series share each printed time, and how many of them came so far
+        decoded = list(_decode_lines(path))
+        sharing = Counter((name, stamp[0]) for _, _, marker, stamp, name in decoded
+                          if marker is not None and stamp[0] is not None)
+        seen: Counter = Counter()
+        for number, line, marker, stamp, name in decoded:
+            place = f"{path}:{number}"
+            if marker is None:
+                summary.skip(OTHER_LINE)
+                continue
+            end_us, problem, _, resolution = stamp
+            shared = sharing[(name, end_us)] if end_us is not None else 1
+            if shared > 1:
+                order = seen[(name, end_us)]
+                seen[(name, end_us)] += 1
+                end_us += order * resolution // shared
+            series = series_of.setdefault(name, _Series())
+            start_us = series.previous_end
+            # SGLang resets its counters and its throughput clock when it logs; a line without a
+            # time ends a window nobody knows
+            series.previous_end = end_us
+            message = line[marker.start():]
+            fields = parse_decode(message)
+            speculative = "accept_len" in fields
+            if "accept len" in message or "accept rate" in message:
+                counts["speculative_lines"] += 1
                 if not speculative:
-                    no_spec.append(place)
-                    if end_us == series.last_plain_end:
-                        plain_same_second.append(place)
-                        continue
-                    series.last_plain_end = end_us
-                elif end_us == series.last_row_end:
-                    summary.skip(SAME_SECOND, place=place)
+                    first_unparsed = first_unparsed or place
+                    summary.skip(NOT_PARSED, place=place)
                     continue
-                else:
-                    series.last_row_end = end_us
-                got, got_counts, got_layouts = (cols, counts, layouts) if speculative else (plain, plain_counts,
-                                                                                            plain_layouts)
-                if start_us is not None and end_us < start_us:
-                    got_counts["backwards"] += 1
-                layout = ("`Decode batch.`" if marker[2] == "." else
-                          "`Decode batch [N],`" if marker[1] else "`Decode batch,`")
-                rate = fields.get("accept_rate")
-                layout += " with accept rate" if "accept rate" in message else ""
-                got_layouts[layout] = got_layouts.get(layout, 0) + 1
-                got_counts["cut"] += "waiting_requests" not in fields
-                got_counts["pools"] += fields.get("from_pools", False)
-                if rate is not None:
-                    got_counts["rates"] += 1
-                    pairs.append((fields["accept_len"], rate))
-                row = {"deployment_id": deployment_id, "series": name or None, "start_time": start_us,
-                       "end_time": end_us, "num_drafts": None, "num_draft_tokens": None,
-                       "num_accepted_tokens": None, "accepted_per_position": None, "source": INTERVAL_SOURCE,
-                       **{c: fields.get(c) for c in LOAD_COLUMNS[:4]},
-                       "reported_accept_length": fields.get("accept_len"),
-                       "reported_accept_length_definition": ACCEPT_LENGTH_DEFINITION if speculative else None,
-                       "reported_accept_rate": rate if meaning is not None else None,
-                       "reported_accept_rate_definition": meaning[1] if meaning and rate is not None else None}
-                for column in got:
-                    got[column].append(row[column])
+            if problem:
+                summary.skip(problem, place=place)
+                continue
+            if not speculative:
+                no_spec.append(place)
+            got, got_counts, got_layouts = (cols, counts, layouts) if speculative else (plain, plain_counts,
+                                                                                        plain_layouts)
+            if start_us is not None and end_us < start_us:
+                got_counts["backwards"] += 1
+            got_counts["ordered"] += shared > 1
+            layout = ("`Decode batch.`" if marker[2] == "." else
+                      "`Decode batch [N],`" if marker[1] else "`Decode batch,`")
+            rate = fields.get("accept_rate")
+            layout += " with accept rate" if "accept rate" in message else ""
+            got_layouts[layout] = got_layouts.get(layout, 0) + 1
+            got_counts["cut"] += "waiting_requests" not in fields
+            got_counts["pools"] += fields.get("from_pools", False)
+            if rate is not None:
+                got_counts["rates"] += 1
+                pairs.append((fields["accept_len"], rate))
+            row = {"deployment_id": deployment_id, "series": name or None, "start_time": start_us,
+                   "end_time": end_us, "num_drafts": None, "num_draft_tokens": None,
+                   "num_accepted_tokens": None, "accepted_per_position": None, "source": INTERVAL_SOURCE,
+                   **{c: fields.get(c) for c in LOAD_COLUMNS[:4]},
+                   "reported_accept_length": fields.get("accept_len"),
+                   "reported_accept_length_definition": ACCEPT_LENGTH_DEFINITION if speculative else None,
+                   "reported_accept_rate": rate if meaning is not None else None,
+                   "reported_accept_rate_definition": meaning[1] if meaning and rate is not None else None}
+            for column in got:
+                got[column].append(row[column])
 
     baseline = not counts["speculative_lines"]
     if baseline:
         cols, layouts, counts = plain, plain_layouts, {**plain_counts, "speculative_lines": 0}
-        if plain_same_second:
-            summary.skip(SAME_SECOND, n=len(plain_same_second))
-            where[SAME_SECOND] = plain_same_second[:3]
     elif no_spec:
         summary.skip(NO_SPEC, n=len(no_spec))
         where[NO_SPEC] = no_spec[:3]
@@ -400,9 +413,11 @@ def _notes(summary: ImportSummary, deployment_id: str, counts: dict, layouts: di
     if counts["backwards"]:
         note(f"{counts['backwards']} lines are earlier than the line before: the loader will reject them "
              "as time_order")
-    if summary.skipped.get(SAME_SECOND):
-        note("SGLang logs whole seconds and an interval's key (series, end_time) can't repeat: set "
-             "SGLANG_LOG_MS=1 on the server to keep every decode line")
+    if counts["ordered"]:
+        note(f"{counts['ordered']} decode lines share their printed time with other lines of their series (SGLang prints whole seconds unless SGLANG_LOG_MS=1): the n "
+             "lines of one time are ordered within it, the i-th (from 0) at that time + i/n of a second (or of "
+             "the last printed digit), so the window lengths around them are estimates; the total over a run "
+             "of lines is as printed")
     for reason, places in sorted(where.items()):
         if reason in summary.skipped:
             note(f"{plural(summary.skipped[reason], 'line')} skipped ({reason}), first at {', '.join(places)}")

@@ -12,7 +12,8 @@ where it is present, by its label, so a layout is a set of fields, not a regex:
 
    (0.5.x: ``Number of draft tokens tokens:``, ``Number of emitted tokens tokens:``.)
    An interval is the difference of consecutive lines of one series; a decrease
-   is a restart. V0's "accepted" counts matching positions even after the first
+   is a restart. A series' first line is an interval of its own, from the engine's
+   start (its time unknown: no start_time), so a one-line paste imports too. V0's "accepted" counts matching positions even after the first
    rejection, so the accepted prefix is taken from emitted tokens: each step
    emits its accepted prefix plus one token, and steps = draft tokens / k.
 2. V1, April 2025: ``Speculative metrics: Draft acceptance rate: 1.000,
@@ -26,8 +27,14 @@ where it is present, by its label, so a layout is a set of fields, not a regex:
 
 From layout 2 on, vLLM resets its counters when it logs, so a line is one
 interval, from the previous line of the same series. With a mean acceptance
-length, num_drafts = round(accepted / (mean − 1)) is approximate (the mean has
-2 decimals) and says so in a note.
+length and k per-position rates, num_drafts = Drafted / k (every step drafted
+k tokens) where that agrees with the mean, which it always does when nothing
+was accepted (mean 1.00, zero per-position counts); else num_drafts =
+round(accepted / (mean − 1)) is approximate (the mean has 2 decimals) and says
+so in a note. The printed rates are checked against the counts (acceptance
+rate = accepted / drafted, Σ per-position rates = mean − 1, the throughputs'
+ratio = accepted / drafted, V0's efficiency), each within its printed
+rounding; a line whose fields disagree is imported and named in a note.
 
 A **series** is one engine: the line's process prefix (``(APIServer pid=1)``,
 a docker compose service name) and, with data parallelism, the ``Engine 00N``
@@ -56,7 +63,11 @@ load, never an interval of its own: a load line with no spec line at its tick
 
 Times come from the vLLM prefix ``INFO MM-DD HH:MM:SS``, which has no year
 (``--year``) and no time zone (read as UTC); a leading ISO timestamp that a log
-shipper added is only used when the vLLM prefix is missing.
+shipper added is only used when the vLLM prefix is missing. A line with neither
+(the message alone, as pasted in a PR) has no time: ``--start TIME`` anchors such
+lines, the first tick of a series at TIME and each later one a logging interval
+on (vLLM's defaults: 5 s for V0, ``_LOCAL_LOGGING_INTERVAL_SEC``; 10 s for V1,
+``VLLM_LOG_STATS_INTERVAL``), with a note that these times are assumed.
 """
 
 from __future__ import annotations
@@ -69,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .common import (ImportInputError, ImportSummary, Overrides, TraceWriter, datetime_us, deployment_row,
-                     finish, open_input)
+                     finish, open_input, parse_time)
 
 SOURCE = "vllm-log"
 INTERVAL_SOURCE = "vllm_log"
@@ -77,8 +88,11 @@ INTERVAL_SOURCE = "vllm_log"
 OTHER_LINE = "not a speculative-decoding metrics line"
 NOT_PARSED = "metrics line that does not parse"
 NO_TIME = "metrics line without a date and time"
+NO_TIME_HINT = "no date and time in the line (pass --start TIME to anchor lines without one)"
+# vLLM's default logging intervals, µs: V0 `_LOCAL_LOGGING_INTERVAL_SEC`, V1 `VLLM_LOG_STATS_INTERVAL`
+TICK_V0_US = 5_000_000
+TICK_V1_US = 10_000_000
 BAD_DATE = "metrics line with an impossible date"
-FIRST_CUMULATIVE = "first V0 line of a series (cumulative counters since the engine started: the baseline)"
 LOAD_NO_TIME = "load line without a date and time"
 LOAD_ALONE = ("load line with no spec line at its tick (nothing drafted, or the line is missing): a speculative "
               "log's intervals are its spec lines")
@@ -115,7 +129,11 @@ _FIELDS = {
     "accepted": re.compile(r"Accepted: (\d+) tokens"),
     "drafted": re.compile(r"Drafted: (\d+) tokens"),
     "rates": re.compile(r"Per-position acceptance rate: (" + _NUM + r"(?:, " + _NUM + r")*)"),
+    "accepted_per_s": re.compile(r"Accepted throughput: " + _NUM + " tokens/s"),
+    "drafted_per_s": re.compile(r"Drafted throughput: " + _NUM + " tokens/s"),
 }
+_HALF = {1: 0.05, 2: 0.005, 3: 0.0005}       # half the last printed digit, by decimals printed
+_EPS = 1e-9
 _ENGINE = re.compile(r"Engine (\d+):")
 # where a load line's message starts, after vLLM's prefix
 _LOAD_START = re.compile(r"Engine \d+:|\d+ Engines Aggregated:|Avg prompt throughput:|Avg generation throughput:"
@@ -142,7 +160,8 @@ def _float(text: str | None) -> float | None:
 
 def parse_metrics(text: str) -> dict | None:
     """The fields of one metrics message (the text from its marker on), or None when it
-    carries no counts. Keys: layout, accepted, drafted, mean, rates, k, emitted."""
+    carries no counts. Keys: layout, accepted, drafted, mean, rates, k, emitted, and
+    ``printed``: the printed ratios the counts can be checked against (see disagreements)."""
     marker = _MARKER.search(text)
     if marker is None:
         return None
@@ -155,6 +174,13 @@ def parse_metrics(text: str) -> dict | None:
         return None
     if any(not math.isfinite(r) for r in rates):
         rates = []
+    printed = {name: (_float(get(name)), _decimals(get(name)))
+               for name in ("rate", "avg_rate", "efficiency", "accepted_per_s", "drafted_per_s")
+               if get(name) is not None and _float(get(name)) is not None}
+    if "rate" in printed and found["rate"].group(2) == "%":
+        printed["rate_percent"] = printed.pop("rate")
+    if rates:
+        printed["rates"] = (sum(rates), _decimals(get("rates").split(", ")[0]))
     if marker.group(1) == "Speculative metrics":
         if get("accepted_v0") is None or get("drafted_v0") is None:
             return None
@@ -162,26 +188,64 @@ def parse_metrics(text: str) -> dict | None:
         return {"layout": "v0" if cumulative else "v1-2025-04", "cumulative": cumulative,
                 "accepted": int(get("accepted_v0")), "drafted": int(get("drafted_v0")),
                 "emitted": int(get("emitted")) if get("emitted") else None,
-                "k": int(get("k")) if get("k") else None, "mean": None, "rates": []}
+                "k": int(get("k")) if get("k") else None, "mean": None, "rates": [], "printed": printed}
     if get("accepted") is None or get("drafted") is None:
         return None
     layout = ("newest" if found["avg_rate"] else "2025-09" if "Accepted throughput" in text
               else "0.9" if mean is not None or rates else "0.8")
     return {"layout": layout, "cumulative": False, "accepted": int(get("accepted")), "drafted": int(get("drafted")),
-            "emitted": None, "k": None, "mean": mean, "rates": rates}
+            "emitted": None, "k": None, "mean": mean, "rates": rates, "printed": printed}
+
+
+def _decimals(text: str) -> int:
+    return len(text.partition(".")[2])
+
+
+def _agrees(printed: tuple[float, int], exact: float, terms: int = 1) -> bool:
+    """Whether a printed value is ``exact`` rounded to its decimals (``terms`` printed values summed)."""
+    value, decimals = printed
+    return abs(value - exact) <= terms * _HALF.get(decimals, 0.5) + _EPS
+
+
+def disagreements(numbers: dict, num_drafts: int | None = None) -> list[str]:
+    """The printed ratios of a metrics line that its own counts contradict, beyond the printed rounding:
+    the acceptance rate (accepted / drafted), the throughputs' ratio (both over the same seconds), the
+    per-position rates (they sum to accepted / num_drafts) and V0's efficiency (emitted / (steps · (k + 1)))."""
+    accepted, drafted, printed = numbers["accepted"], numbers["drafted"], numbers["printed"]
+    wrong = []
+    if drafted:
+        ratio = accepted / drafted
+        for name, scale in (("rate", 1), ("rate_percent", 100), ("avg_rate", 100)):
+            if name in printed and not _agrees(printed[name], ratio * scale):
+                wrong.append("avg_rate" if name == "avg_rate" else "rate")
+        if "accepted_per_s" in printed and "drafted_per_s" in printed and printed["drafted_per_s"][0] > 0:
+            per_s = printed["drafted_per_s"][0] * ratio    # what the accepted throughput must print
+            if not _agrees(printed["accepted_per_s"], per_s, terms=1 + ratio):
+                wrong.append("throughputs")
+        k, emitted = numbers["k"], numbers["emitted"]
+        if "efficiency" in printed and k and emitted is not None and drafted % k == 0:
+            if not _agrees(printed["efficiency"], emitted / (drafted // k * (k + 1))):
+                wrong.append("efficiency")
+    if num_drafts and "rates" in printed:
+        if not _agrees(printed["rates"], accepted / num_drafts, terms=len(numbers["rates"])):
+            wrong.append("per-position rates")
+    return wrong
 
 
 def num_drafts_from(accepted: int, mean: float | None, drafted: int | None = None,
                     k: int | None = None) -> tuple[int | None, str | None]:
     """(num_drafts, how): ``fixed_k`` when drafted / k (every step drafted k tokens) agrees
     with the printed mean, else ``approximate``, round(Accepted / (mean − 1)), kept within
-    what the drafted tokens allow; (None, None) when the mean says nothing (1.00 or absent)."""
-    if mean is None or not math.isfinite(mean) or mean - 1 <= 0:
+    what the drafted tokens allow; (None, None) when neither can be known. With nothing accepted
+    (mean 1.00) only drafted / k is left, and its per-position counts are zeros."""
+    if mean is None or not math.isfinite(mean):
         return None, None
     if k and drafted and drafted % k == 0:
         n = drafted // k
         if abs((1 + accepted / n) - mean) <= 0.005 + 1e-9:     # the mean is printed to 2 decimals
             return n, "fixed_k"
+    if mean - 1 <= 0:
+        return None, None
     n = round_half_up(accepted / (mean - 1))
     if drafted:
         n = min(n, drafted)                     # every draft step drafts at least one token
@@ -213,6 +277,18 @@ class _Series:
     load_end: int | None = None
     tick_end: int | None = None          # the previous printed tick (load or spec line)
     tick_busy: bool = False              # ... and whether vLLM surely printed the tick after it
+    untimed_ticks: int = 0               # ticks anchored at --start so far (lines without a time)
+    load_tick: int | None = None         # … the one the pending load line was given
+
+    def anchored(self, start_us: int, tick_us: int, opens_tick: bool) -> int:
+        """The assumed time of a line without one: a tick of its own (``opens_tick``), else the tick
+        of the load line before it (vLLM prints the load line, then the spec line, at one tick)."""
+        if not opens_tick and self.load and self.load_tick is not None:
+            return start_us + self.load_tick * tick_us
+        tick, self.untimed_ticks = self.untimed_ticks, self.untimed_ticks + 1
+        if opens_tick:
+            self.load_tick = tick
+        return start_us + tick * tick_us
 
     def window_start(self) -> int | None:
         """Where an interval ending at this tick starts: the previous tick, when it was busy."""
@@ -269,20 +345,25 @@ def _stamp(line: str, before: int, series: _Series, default_year: int) -> tuple[
 
 
 def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id: str,
-                    overrides: Overrides | None = None, year: int | None = None) -> ImportSummary:
+                    overrides: Overrides | None = None, year: int | None = None,
+                    start: str | None = None) -> ImportSummary:
     """Import vLLM log files into TRACES ``out`` as intervals of ``deployment_id``: its spec lines,
-    or, in a log without any, its load lines (a baseline deployment)."""
+    or, in a log without any, its load lines (a baseline deployment). ``start`` (ISO-8601) anchors
+    the lines that carry no time."""
     overrides = overrides or Overrides()
     year = year if year is not None else dt.datetime.now(dt.timezone.utc).year
-    writer = TraceWriter(Path(out), SOURCE, files, options=f"deployment={deployment_id} year={year} {overrides}")
+    start_us = parse_start(start)
+    writer = TraceWriter(Path(out), SOURCE, files,
+                         options=f"deployment={deployment_id} year={year} start={start} {overrides}")
     writer.check_layout(("intervals", "import_notes"))
     # Skips are noted with their first places (_notes), so none is persisted twice.
     summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NOT_PARSED, NO_TIME, BAD_DATE,
-                                                                        FIRST_CUMULATIVE, LOAD_NO_TIME, LOAD_ALONE}))
+                                                                        LOAD_NO_TIME, LOAD_ALONE}))
     cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}
     alone: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}   # load lines without a spec line
     counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0,
-              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0}
+              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0, "from_start": 0, "anchored": 0}
+    disagreeing: dict[str, list[str]] = {}   # printed ratio the counts contradict → places
     layouts: dict[str, int] = {}
     load_layouts: dict[str, int] = {}
     where = summary.places               # skip reason → its first three places (file:line)
@@ -333,6 +414,12 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                         load_alone(series, name)
                         start = _LOAD_START.search(line)
                         end_us, problem = _stamp(line, start.start() if start else len(line), series, year)
+                        if problem == NO_TIME and start_us is not None:
+                            tick = TICK_V0_US if "Pending:" in line else TICK_V1_US
+                            end_us, problem = series.anchored(start_us, tick, opens_tick=True), None
+                            counts["anchored"] += 1
+                        else:
+                            series.load_tick = None
                         if problem:
                             summary.skip(LOAD_NO_TIME if problem == NO_TIME else BAD_DATE, place=place)
                         series.load = {**parse_load(line), "layout": _load_layout(line), "place": place}
@@ -345,6 +432,10 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 series = series_of.setdefault(name, _Series(year=year))
                 end_us, problem = _stamp(line, marker.start(), series, year)
                 numbers = parse_metrics(line[marker.start():])
+                if problem == NO_TIME and start_us is not None:
+                    tick = TICK_V0_US if numbers is not None and numbers["cumulative"] else TICK_V1_US
+                    end_us, problem = series.anchored(start_us, tick, opens_tick=False), None
+                    counts["anchored"] += 1
                 load, series.load = series.load, {}          # the load line of this tick, if any
                 window_start = series.window_start()
                 if numbers is None:
@@ -362,12 +453,10 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 if numbers["cumulative"]:
                     interval = _v0_interval(numbers, series, counts)
                     series.cumulative = numbers
-                    if interval is None:
-                        summary.skip(FIRST_CUMULATIVE, place=place)
-                        series.previous_end = end_us
-                        series.close_tick(end_us, _busy(load) or numbers["drafted"] > 0)
-                        continue
                     start = series.previous_end if interval.pop("continues") else None
+                    if start is None:       # counts from the engine's start (or a restart): not this tick's
+                        load = {key: value for key, value in load.items() if key != "generation_tokens_per_s"}
+                    wrong = disagreements(numbers)
                 else:
                     rates = numbers["rates"]
                     n, how = num_drafts_from(numbers["accepted"], numbers["mean"], numbers["drafted"],
@@ -379,6 +468,9 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                                 if n is not None and rates else None}
                     start = window_start
                     max_positions = max(max_positions, len(rates))
+                    wrong = disagreements(numbers, n)
+                for name_of_field in wrong:
+                    disagreeing.setdefault(name_of_field, []).append(place)
                 max_k = max(max_k, numbers["k"] or 0)
                 row = {"deployment_id": deployment_id, "series": name or None, "start_time": start,
                        "end_time": end_us, "source": INTERVAL_SOURCE, **interval,
@@ -408,6 +500,11 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                                f"{_nothing_found(first_unparsed, where, counts['spec_lines'])}; "
                                f"known layouts: {'; '.join(LAYOUTS)}")
     _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
+    for name_of_field, places in sorted(disagreeing.items()):
+        summary.note(f"{len(places)} metrics line{'s' if len(places) != 1 else ''} whose printed {name_of_field} "
+                     f"disagree{'s' if len(places) == 1 else ''} with its Accepted and Drafted counts beyond the "
+                     f"printed rounding (imported with the counts as printed), first at {', '.join(places[:3])}",
+                     deployment_id)
     speculated = any(d for d in cols["num_draft_tokens"] if d)
     row = deployment_row(deployment_id, overrides, model=None, speculated=speculated,
                          num_spec_tokens=(max_k or max_positions) or None)
@@ -416,14 +513,27 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     return finish(writer, summary, deployment_id)
 
 
+def parse_start(start: str | None) -> int | None:
+    """``--start``: an ISO-8601 time (UTC without an offset) → epoch µs."""
+    if start is None:
+        return None
+    when = parse_time(start) if not start.strip().lstrip("-").replace(".", "", 1).isdigit() else None
+    if when is None:
+        raise ImportInputError(f"--start: {start!r} is not an ISO-8601 time like 2026-05-30T07:49:11")
+    return when
+
+
 def _nothing_found(first_unparsed: str | None, where: dict, spec_lines: int) -> str:
-    """Why a file imported nothing, naming what was looked for and the first line that did not import."""
-    tried = first_unparsed or next((p for r in (NO_TIME, BAD_DATE) for p in where.get(r, [])), None)
-    if tried:
-        return f"the first metrics line that did not import is {tried}"
+    """Why a file imported nothing, naming what was looked for and the first line that did not import,
+    with its cause."""
+    if first_unparsed:
+        return f"the first metrics line that did not import is {first_unparsed} (it does not parse)"
+    for reason, cause in ((NO_TIME, NO_TIME_HINT), (BAD_DATE, "an impossible date")):
+        if where.get(reason):
+            return f"the first metrics line that did not import is {where[reason][0]}: {cause}"
     if not spec_lines and where.get(LOAD_NO_TIME):
         return (f"no speculative-decoding metrics line, and the load lines have no date and time "
-                f"(first at {where[LOAD_NO_TIME][0]})")
+                f"(first at {where[LOAD_NO_TIME][0]}; pass --start TIME to anchor lines without one)")
     return ("no line looks like vLLM's speculative-decoding metrics or its load line "
             "(`Avg generation throughput: … Running: N reqs`)")
 
@@ -444,15 +554,17 @@ def _engines(path: Path) -> dict[str, set[str]]:
 
 
 def _v0_interval(numbers: dict, series: _Series, counts: dict) -> dict | None:
-    """The difference of a V0 line and the series' previous one; None for a series' first line.
+    """The difference of a V0 line and the series' previous one.
 
-    After a restart (a counter went down) the line counts from the restart, whose time is
-    unknown: the interval keeps its counts and gets no start time."""
+    A series' first line counts from the engine's start, and after a restart (a counter went
+    down) the line counts from the restart: both times are unknown, so the interval keeps the
+    line's counts and gets no start time."""
     previous = series.cumulative
-    if previous is None:
-        return None
     keys = ("accepted", "drafted", "emitted")
-    if any(numbers[key] is not None and previous[key] is not None and numbers[key] < previous[key] for key in keys):
+    if previous is None:
+        counts["from_start"] += 1
+        delta, continues = {key: numbers[key] for key in keys}, False
+    elif any(numbers[key] is not None and previous[key] is not None and numbers[key] < previous[key] for key in keys):
         counts["restarts"] += 1
         delta, continues = {key: numbers[key] for key in keys}, False
     else:
@@ -478,11 +590,15 @@ def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, 
     if baseline:
         note("no speculative-decoding line: a deployment that does not speculate (a baseline); one interval "
              "per load line, with its running requests, generation throughput and KV usage, and no counts")
-    unstarted = sum(1 for s, e in zip(cols["start_time"], cols["end_time"]) if s is None) - counts["restarts"]
+    unstarted = sum(1 for s, e in zip(cols["start_time"], cols["end_time"]) if s is None) - counts["restarts"] - counts["from_start"]
     if unstarted:
         note(f"{plural(unstarted, 'interval')} without a start time: the first of a series, or after a tick "
              "that printed zero prompt and generation throughput (vLLM prints no line for an idle tick after "
              "an idle one, so the window of the throughput is unknown)")
+    if counts["anchored"]:
+        note(f"{plural(counts['anchored'], 'line')} without a date and time anchored at --start: each series' "
+             "first tick at --start, each later tick one logging interval on (vLLM's defaults: 5 s for V0, "
+             "10 s for V1); these times are assumed, not read")
     note(f"log times have no year and no time zone: read as UTC in {year}"
          + (f" ({plural(counts['rollovers'], 'year rollover')} from December to January)"
             if counts["rollovers"] else ""))
@@ -501,9 +617,13 @@ def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, 
         note("V0 counters are cumulative: each interval is the difference of consecutive lines of its series; "
              "num_drafts = draft tokens / k, and the accepted prefix = emitted tokens − num_drafts "
              "(V0's own 'accepted' counts matches after the first rejection too)")
+    if counts["from_start"]:
+        note(f"{plural(counts['from_start'], 'interval')} from the engine's start: the first V0 line of a series "
+             "counts from the engine's start (V0 counters are cumulative), whose time the log does not show, so "
+             "it has no start time and no generation throughput (the load line's covers its own tick only)")
     if counts["restarts"]:
         note(f"{plural(counts['restarts'], 'engine restart')} (a cumulative counter went down): "
-             "those intervals count from the restart and have no start time")
+             "those intervals count from the restart and have no start time and no generation throughput")
     if counts["v0_inexact"]:
         note(f"{plural(counts['v0_inexact'], 'V0 interval')} whose draft tokens are not a multiple of k: "
              "num_drafts unknown, accepted tokens as V0 counts them")
