@@ -593,13 +593,17 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, conf
 @click.option("--time", "time", default=None, metavar="T",
               help="prometheus only: the time of a /metrics scrape that has no sample timestamps and no "
                    "ISO-8601 time in its file name (ISO-8601, UTC without a zone, or epoch seconds).")
+@click.option("--start", "start", default=None, metavar="TIME",
+              help="llamacpp-log and vllm-log only: the absolute time (ISO-8601, UTC without a zone) that the "
+                   "log's relative times count from (default for llamacpp-log: the file's modification time minus "
+                   "its last relative time, noted as estimated).")
 @click.option("--sglang-version", "sglang_version", default=None, metavar="X.Y.Z",
               help="sglang-log only: the SGLang release that wrote the log, e.g. 0.5.11. Keeps its 'accept rate', "
                    "whose meaning changed in 0.5.11 (dropped without it).")
 def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | None, remove: str | None,
                   deployment: tuple[str, ...], out: Path | None, model: str | None, method: str | None,
                   num_speculative_tokens: int | None, year: int | None, time: str | None,
-                  sglang_version: str | None) -> None:
+                  sglang_version: str | None, start: str | None) -> None:
     """Convert engine output (FILE...) from SOURCE into trace tables under OUT.
 
     \b
@@ -641,5 +645,5 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
         raise click.UsageError(f"missing {', '.join(missing)} (or use --list TRACES / --remove ID --out TRACES)")
     summary = api.import_traces(source, files, out, list(deployment), model=model, method=method,
                                 num_speculative_tokens=num_speculative_tokens, year=year,
-                                sglang_version=sglang_version, time=time)
+                                sglang_version=sglang_version, time=time, start=start)
     click.echo("\n".join(summary.lines()))

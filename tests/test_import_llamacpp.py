@@ -19,7 +19,7 @@ from analyzer.cli import main
 from analyzer.ingest.importers import SOURCES
 from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
 from analyzer.ingest.importers.llamacpp_log import (CONTRADICTS, NO_CLOCK, NO_DRAFT_LINE, NOT_PARSED, OTHER_LINE,
-                                                    PARTIAL, drafts_from, import_llamacpp_log, parse_draft)
+                                                    PARTIAL, STATS_UNUSED, drafts_from, import_llamacpp_log, parse_draft)
 from imported import rows, run, t
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
@@ -31,10 +31,10 @@ def notes(root: Path) -> list[str]:
     return [r["note"] for r in rows(root, "import_notes")]
 
 
-def imported(tmp_path, *files, deployment="llama", name="traces", **overrides):
+def imported(tmp_path, *files, deployment="llama", name="traces", start=None, **overrides):
     out = tmp_path / name
     summary = import_llamacpp_log([FIXTURES / f if isinstance(f, str) else f for f in files], out, deployment,
-                                  Overrides(**overrides))
+                                  Overrides(**overrides), start=start)
     return out, summary
 
 
@@ -76,8 +76,9 @@ def test_rate_layout_one_interval_per_request(tmp_path):
 def test_rate_layout_skips_and_notes(tmp_path):
     out, summary = imported(tmp_path, "rate.log")
     # 31 lines: 3 requests (lines 3-7, 10-14, 27-30) and the block of lines 20-24 without a wall-clock time;
-    # line 31 cut; other: n_decoded lines 1, 2, 8, 9, statistics 15-17 and 25, release 18 and 26, idle 19 = 11
-    assert summary.skipped == {OTHER_LINE: 11, NO_CLOCK: 1, NOT_PARSED: 1}
+    # line 31 cut; other: n_decoded lines 1, 2, 8, 9, release 18 and 26, idle 19 = 7. Statistics 15-17 are the
+    # first of their slot and drafters with b = 10 (nothing to difference), 25 follows a block that has no clock
+    assert summary.skipped == {OTHER_LINE: 7, STATS_UNUSED: 4, NO_CLOCK: 1, NOT_PARSED: 1}
     kept = notes(out)
     assert f"1 line skipped ({NO_CLOCK}), first at {FIXTURES / 'rate.log'}:24" in kept
     assert f"1 line skipped ({NOT_PARSED}), first at {FIXTURES / 'rate.log'}:31" in kept
@@ -110,15 +111,16 @@ def test_mean_layouts(tmp_path):
          "reported_accept_length": 2.92, "reported_accept_length_definition": MEAN},
         # line 14 (llamacpp-rocm#129): mean len 4.30 allows n ∈ [5995 / 3.305, 5995 / 3.295] = [1813.9, 1819.4]:
         # 1814..1819, no rates to narrow it: approximate, the nearest to 5995 / 3.30 = 1816.67 → 1817.
-        # No timing lines before it: no start. The compose prefix `llama-1 |` is the process
-        {"deployment_id": "llama", "series": "llama-1 | slot 0 task 0", "start_time": None,
+        # No timing lines before it: no start. The compose prefix `llama-1 |` is the process, without its bar
+        {"deployment_id": "llama", "series": "llama-1 slot 0 task 0", "start_time": None,
          "end_time": t("2026-07-01T12:04:01.806856"), "num_drafts": 1817, "num_draft_tokens": 9089,
          "num_accepted_tokens": 5995, "accepted_per_position": None, "source": "llamacpp_log",
          "reported_accept_length": 4.30, "reported_accept_length_definition": MEAN},
     ]
     kept = notes(out)
     assert "layouts read: acceptance (1), mean acceptance length (1), mean len (1)" in kept
-    assert any(n.startswith("num_drafts is exact on 1 interval:") for n in kept)
+    # the PR #24536 request: its statistics line (b = 1, a = 87) gives the 87 that the mean allows
+    assert any(n.startswith("num_drafts from the `statistics` lines on 1 interval") for n in kept)
     assert any(n.startswith("num_drafts is approximate on 1 interval:") for n in kept)
     assert any(n.startswith("num_drafts unknown on 1 interval") for n in kept)
     assert any(n.startswith("1 interval without start_time") for n in kept)
@@ -350,15 +352,45 @@ def test_wrong_type_in_a_response_is_exit_2_naming_file_and_line(tmp_path):
 # =========================================================================== nothing imports
 
 
-def test_log_without_wall_clock_imports_nothing(tmp_path):
+def test_log_without_any_time_imports_nothing(tmp_path):
     with pytest.raises(ImportInputError) as err:
-        imported(tmp_path, "notime.log")
+        imported(tmp_path, "noclock.log")
     message = str(err.value)
-    # PR #24536's lines as printed: llama.cpp's own times only; the block's draft line is line 5
-    assert message.startswith(f"{FIXTURES / 'notime.log'}: nothing to import: the first line that looks like "
-                              f"llama.cpp timing output but did not import is {FIXTURES / 'notime.log'}:5 ({NO_CLOCK})")
+    # rate.log lines 20-26 (am17an/llama.cpp#6): no shipper time and no llama.cpp time; the draft line is line 5
+    assert message.startswith(f"{FIXTURES / 'noclock.log'}: nothing to import: the first line that looks like "
+                              f"llama.cpp timing output but did not import is {FIXTURES / 'noclock.log'}:5 "
+                              f"({NO_CLOCK})")
     assert "docker logs -t" in message and "known layouts: `draft acceptance rate = R" in message
     assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").rglob("*.parquet"))
+
+
+def test_relative_times_anchored_at_start(tmp_path):
+    out, summary = imported(tmp_path, "notime.log", start="2026-06-15T07:00:00")
+    # PR #24536's lines as printed: draft line at 0.06.896.015 → 07:00:06.896015; start = that − 2596.83 ms.
+    # num_drafts 87 from the statistics line (b = 1: the slot's first request, a = 87), 259 / 167 as the draft line
+    assert rows(out, "intervals") == [
+        {"deployment_id": "llama", "series": "slot 1 task 0", "start_time": t("2026-06-15T07:00:04.299185"),
+         "end_time": t("2026-06-15T07:00:06.896015"), "num_drafts": 87, "num_draft_tokens": 259,
+         "num_accepted_tokens": 167, "accepted_per_position": [70, 55, 42], "source": "llamacpp_log",
+         "reported_accept_length": 2.92, "reported_accept_length_definition": MEAN}]
+    assert f"{FIXTURES / 'notime.log'}: llama.cpp's log times count from --start 2026-06-15T07:00:00+00:00" in (
+        notes(out))
+    assert_clean(out)
+
+
+def test_relative_times_without_start_are_estimated_from_the_modification_time(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text((FIXTURES / "notime.log").read_text())
+    modified = dt.datetime(2026, 6, 15, 8, 0, 0, tzinfo=UTC).timestamp()
+    import os
+    os.utime(log, (modified, modified))
+    out, _ = imported(tmp_path, log)
+    # last llama.cpp time in the file: 0.06.896.140 (line 8) → server start = 08:00:00 − 6.896140 s = 07:59:53.103860;
+    # the draft line's 6.896015 s later is 07:59:59.999875
+    assert [r["end_time"] for r in rows(out, "intervals")] == [t("2026-06-15T07:59:59.999875")]
+    assert (f"{log}: absolute times are estimated: the server's start is taken to be the file's modification time "
+            "minus its last llama.cpp log time, 2026-06-15T07:59:53.103860+00:00; pass --start TIME to set it"
+            in notes(out))
 
 
 def test_every_file_must_import_something(tmp_path):
@@ -399,17 +431,17 @@ def test_cli_import_prints_the_summary(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"specan import llamacpp-log → {out}")
     assert "intervals            6 rows" in result.stdout          # 3 + 3
-    # other lines: 11 in rate.log; in mean.log the two graphs reused lines, statistics, two release lines, idle
-    assert "       17  not llama.cpp timing output" in result.stdout
+    # other lines: 7 in rate.log; in mean.log the two graphs reused lines, two release lines, idle
+    assert "       12  not llama.cpp timing output" in result.stdout
 
 
 def test_cli_nothing_imports_is_one_line_exit_2(tmp_path):
     out = tmp_path / "traces"
-    result = run("import", "llamacpp-log", FIXTURES / "notime.log", "--deployment", "llama", "--out", out)
+    result = run("import", "llamacpp-log", FIXTURES / "noclock.log", "--deployment", "llama", "--out", out)
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
-    assert "notime.log:5" in result.stderr and "known layouts" in result.stderr
+    assert "noclock.log:5" in result.stderr and "known layouts" in result.stderr
     assert not out.exists() or not any(out.rglob("*.parquet"))
 
 

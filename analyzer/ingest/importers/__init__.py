@@ -42,7 +42,7 @@ __all__ = ["SOURCES", "DeploymentMap", "ImportConflict", "ImportInputError", "Im
 def run_import(source: str, files: Sequence[str | Path], out: str | Path, deployment: str | Sequence[str], *,
                model: str | None = None, method: str | None = None, num_speculative_tokens: int | None = None,
                year: int | None = None, sglang_version: str | None = None,
-               time: str | None = None) -> ImportSummary:
+               time: str | None = None, start: str | None = None) -> ImportSummary:
     """Run the importer of ``source`` (one of SOURCES). ``deployment`` is one id; for prometheus it may
     also be a list of ``label=value:ID`` pairs."""
     overrides = Overrides(model=model, method=method, num_speculative_tokens=num_speculative_tokens)
@@ -52,6 +52,8 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
         raise ImportInputError("--year applies to vllm-log only")
     if time is not None and source != "prometheus":
         raise ImportInputError("--time applies to prometheus only")
+    if start is not None and source not in ("llamacpp-log", "vllm-log"):
+        raise ImportInputError("--start applies to llamacpp-log and vllm-log only")
     if sglang_version is not None and source != "sglang-log":
         raise ImportInputError("--sglang-version applies to sglang-log only")
     if not files:
@@ -72,5 +74,5 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
     if source == "trtllm-responses":
         return import_trtllm_responses(files, out, ids[0], overrides)
     if source == "llamacpp-log":
-        return import_llamacpp_log(files, out, ids[0], overrides)
+        return import_llamacpp_log(files, out, ids[0], overrides, start=start)
     return import_sglang_responses(files, out, ids[0], overrides)
