@@ -393,6 +393,54 @@ def test_relative_times_without_start_are_estimated_from_the_modification_time(t
             in notes(out))
 
 
+def test_statistics_lines_differenced_per_request(tmp_path):
+    out, summary = imported(tmp_path, "stats.log")
+    got = [(r["series"], r["num_drafts"], r["num_draft_tokens"], r["num_accepted_tokens"]) for r in
+           rows(out, "intervals")]
+    assert got == [
+        # task 4199: its statistics line (b = 8) is the slot's first in the file: nothing to difference; no mean
+        # (the log viewer's `| ` bar after the time is not part of the series)
+        ("slot 0 task 4199", None, 1225, 1213),
+        # task 5199: a 4097 − 3355 = 742 steps; #gen tokens 7009 − 5665 = 1344 and #acc 6885 − 5564 = 1321, the
+        # draft line's 1344 generated / 1321 accepted
+        ("slot 0 task 5199", 742, 1344, 1321),
+        # task 6173: no draft acceptance line, only statistics: a 4111 − 4097 = 14, gen 7034 − 7009 = 25,
+        # acc 6910 − 6885 = 25 (not "drafted nothing")
+        ("slot 0 task 6173", 14, 25, 25),
+    ]
+    # end = the line's time, start = end − total time: 23:40:18.817 − 1304.95 ms = 23:40:17.512050
+    assert rows(out, "intervals")[2]["start_time"] == t("2026-05-14T23:40:17.512050")
+    assert summary.skipped[STATS_UNUSED] == 1
+    kept = notes(out)
+    assert "layouts read: rate (2), statistics only (1)" in kept
+    assert any(n.startswith("num_drafts from the `statistics` lines on 2 intervals") for n in kept)
+    assert_clean(out)
+
+
+def test_per_round_debug_lines_become_rounds(tmp_path):
+    out, _ = imported(tmp_path, "rounds.log", start="2026-07-01T00:00:00")
+    # issue 24's line: 16 of 16 drafts accepted, committed 16 + 1 = 17, KV before the round 681 − 17 = 664
+    assert [(r["request_id"], r["round_idx"], r["num_draft_tokens"], r["num_accepted_tokens"],
+             r["num_committed_tokens"], r["context_len"]) for r in rows(out, "rounds")] == [
+        ("slot 3 task 0", 0, 16, 16, 17, 664)]
+    # issue 24's print_timing line: 37 / 37, mean len 4.70 → n ∈ [37 / 3.705, 37 / 3.695] = [9.99, 10.01] → 10;
+    # its time 0.01.883.943 after --start
+    assert [(r["series"], r["end_time"], r["num_drafts"]) for r in rows(out, "intervals")] == [
+        ("slot 3 task 1", t("2026-07-01T00:00:01.883943"), 10)]
+    assert any(n.startswith("1 round of 1 request from llama.cpp's per-round debug lines") for n in notes(out))
+    assert_clean(out)
+
+
+def test_start_is_refused_for_other_sources_and_must_be_a_time(tmp_path):
+    result = run("import", "sglang-log", FIXTURES / "rate.log", "--deployment", "x", "--out", tmp_path / "t",
+                 "--start", "2026-01-01T00:00:00")
+    assert result.exit_code == 2 and "--start applies to llamacpp-log and vllm-log only" in result.stderr
+    result = run("import", "llamacpp-log", FIXTURES / "notime.log", "--deployment", "x", "--out", tmp_path / "t",
+                 "--start", "yesterday")
+    assert result.exit_code == 2 and "--start: expected an ISO-8601 time" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
 def test_every_file_must_import_something(tmp_path):
     other = tmp_path / "other.log"
     other.write_text("main: server is listening on http://127.0.0.1:8080\nsrv  update_slots: all slots are idle\n")

@@ -829,8 +829,8 @@ class _Import:
         if intervals:
             note(f"{plural(intervals, 'request')} that drafted: one intervals row each, its own series (`slot S task "
                  "T`, or the response id), with the request's drafted and accepted tokens exactly; start_time = "
-                 "end_time − llama.cpp's total time (prompt eval + eval). No rounds: llama.cpp prints per-request "
-                 "totals, not the number of rounds or the drafts of each")
+                 "end_time − llama.cpp's total time (prompt eval + eval). These lines give no rounds: they are "
+                 "per-request totals, not the number of rounds or the drafts of each")
         if c["exact_drafts"]:
             note(f"num_drafts is exact on {plural(c['exact_drafts'], 'interval')}: the only whole number of "
                  "verification steps that the printed mean acceptance length (2 decimals) and rates per position "
