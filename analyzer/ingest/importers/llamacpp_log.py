@@ -28,11 +28,11 @@ lines of one request: keyed by its ``slot S | task T`` prefix, or, for the bare
 lines of layout 1, by the process prefix (a log shipper's or llama-swap's text
 before llama.cpp's) and the ``slot print_timing: id S | task T |`` line before them.
 
-**Times.** llama.cpp prints no wall-clock time: its ``--log-timestamps`` count
-minutes from the server's start. A block is imported only when its lines carry a
-log shipper's ISO-8601 timestamp (``docker logs -t``, ``journalctl -o
-short-iso-precise``, read as UTC without an offset); the others are skipped and
-counted, never given a time.
+**Times.** A log shipper's ISO-8601 timestamp on a line wins; else llama.cpp's own
+``M.SS.mmm.uuu`` (from the server's start) plus ``--start``, or the file's modification
+time minus its last relative time (noted as estimated). ``statistics`` lines (the slot's
+cumulative counters per drafter) are differenced per request; per-round debug lines
+(``accepted A/D draft tokens, new n_tokens = N``) become rounds.
 
 **The JSON responses** (JSONL, or a captured stream's ``data:`` lines; optionally
 in the ``{"response": …, "sent_at": …}`` wrapper of the other response importers):
