@@ -94,6 +94,9 @@ STATS_UNDIFFERENCED = ("statistics line of a block without a draft acceptance li
 STATS_UNUSED = ("statistics line that gives no request's counts (no earlier line of its slot and drafter to "
                 "difference, or its request was not imported): kept as the baseline of the next")
 STATS_CONTRADICT = "statistics lines whose per-request difference contradicts the request's draft acceptance line"
+CLI_NOTHING_DRAFTED = "llama-speculative / lookup summary with n_drafted = 0 (nothing drafted)"
+CLI_INCOMPLETE = "llama-speculative / lookup summary without n_drafted or n_accept before its accept line"
+JSON_UNFINISHED = "pretty-printed JSON that never closes (or is longer than 10,000 lines)"
 
 LAYOUTS = ("`draft acceptance rate = R (A accepted / G generated)` on a bare line after the "
            "`slot print_timing: id S | task T |` block (2025-04 to 2026-05)",
@@ -102,7 +105,9 @@ LAYOUTS = ("`draft acceptance rate = R (A accepted / G generated)` on a bare lin
            "… `, mean acceptance length = M, acceptance rate per position = (r1, …)` (2026-06, PR #24536)",
            "… `, mean len = M`, rates per position on an `acc per pos = (…)` line at trace verbosity (current)",
            "a JSON response or stream `data:` line with a `timings` object (`draft_n`, `draft_n_accepted` "
-           "from 2025-03, PR #12603)")
+           "from 2025-03, PR #12603), one per line or pretty-printed, or a bare `timings` object (`jq .timings`)",
+           "the `n_draft` / `n_predict` / `n_drafted` / `n_accept` / `accept = P%` summary of `llama-speculative`, "
+           "`llama-speculative-simple` and `llama-lookup` (2023-08 on)")
 
 MEAN_DEFINITION = "1 + accepted / verification steps, as llama.cpp prints it (2 decimals)"
 
@@ -131,6 +136,12 @@ _TOTAL = re.compile(r"total time =\s*" + _N + r" ms /\s*(\d+) tokens")
 _DRAFT = re.compile(r"draft acceptance( rate)? =\s*" + _N + r" \(\s*(\d+) accepted /\s*(\d+) generated\)")
 _MEAN = re.compile(r", mean (acceptance length|len) =\s*" + _N)
 _RATES = re.compile(r"(?:acceptance rate per position|acc per pos) = \(([^)]*)\)")
+# the summary llama-speculative / -simple / lookup print at exit (LOG_INF / fprintf, no time on the lines)
+_CLI_COUNT = re.compile(r"(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(\d+)")
+_CLI_ACCEPT = re.compile(r"accept\s*=\s*(-?\d+(?:\.\d+)?|-?nan|-?inf)%")
+_CLI_SECONDS = re.compile(r"(encoded|decoded|generated)\s+(\d+) tokens in\s+(\d+(?:\.\d+)?) seconds, speed:")
+_CLI_OTHER = re.compile(r"t_draft\s*=")          # lookup's drafting time, between n_drafted and n_accept
+JSON_LINES_MAX = 10_000
 
 
 def round_half_up(x: float) -> int:
@@ -297,6 +308,7 @@ class _Import:
         self.rates_of: list[list[float]] = []      # per intervals row: the printed rates per position
         self.rounds: dict[str, list] = {}          # request id → [time, [(drafted, accepted, new n_tokens)]]
         self.anchors: list[tuple[str, int, str]] = []   # per file with relative times: file, anchor µs, how
+        self.untimed_anchors: list[tuple[str, str, str, int]] = []   # per file: file, time, how, rows
         self.responses: list[_Response] = []
         self.layouts: Counter = Counter()
         self.counts: Counter = Counter()
@@ -339,15 +351,25 @@ class _Import:
         self.stat_sums: dict[tuple, list[int]] = {}  # request → Σ Δ(steps, gen tokens, acc tokens)
         self.open_stats: dict[tuple, tuple] = {}    # request without a draft line → its block
         self.stats_rows: dict[tuple, int] = {}      # such a request → its intervals row
+        self.untimed: list[list] = []               # [intervals row, seconds or None]: rows with no time of their own
+        self.cli: dict | None = None                # the CLI summary being read: its place and counts
+        self.cli_seconds: list[float] = []          # encoded/decoded/generated seconds not yet given to a summary
+        self.cli_waiting: list | None = None        # the last summary, while it may take a `decoded` line after it
+        self.json_lines: list[str] = []             # the lines of a pretty-printed JSON value so far
+        self.json_start: tuple[Where, str] | None = None
         with fh:
             for number, raw in enumerate(fh, start=1):
                 line = _ANSI.sub("", raw.rstrip("\r\n"))
                 place = f"{path}:{number}"
                 text = line.strip()
-                if text.startswith("{") or text.startswith("data:"):
+                if self.json_start is not None:
+                    self.json_more(text, place)
+                elif text.startswith(("{", "[")) or text.startswith("data:"):
                     self.json_line(text, Where(path, number), place)
-                else:
+                elif not self.cli_line(text, place):
                     self.log_line(line, place)
+        if self.json_start is not None:
+            self.skip(JSON_UNFINISHED, self.json_start[1])
         for block in self.blocks.values():
             self.skip(NO_DRAFT_LINE, block.place)
         self.anchor(path)
@@ -584,6 +606,7 @@ class _Import:
     def anchor(self, path: Path) -> None:
         """Relative times of this file → absolute: --start, else the file's modification time minus its
         last relative time (the log's last line was written when the file was last modified)."""
+        self.anchor_untimed(path)
         if not self.relative_rows and not self.relative_rounds:
             return
         if self.start is not None:
@@ -603,6 +626,84 @@ class _Import:
         for request in self.relative_rounds:
             self.rounds[request][0] += anchor
         self.anchors.append((str(path), anchor, how))
+
+    def modified(self, path: Path) -> int:
+        try:
+            return int(round(path.stat().st_mtime * 1_000_000))
+        except OSError:
+            raise ImportInputError(f"{path}: llama.cpp's relative log times need --start TIME") from None
+
+    def anchor_untimed(self, path: Path) -> None:
+        """Rows with no time at all (a CLI summary, a bare `timings` object): from --start for their
+        duration, else ending at the file's modification time (the run ended when its output was saved)."""
+        if not self.untimed:
+            return
+        cols = self.intervals
+        end_at = None if self.start is not None else self.modified(path)
+        for index, seconds in self.untimed:
+            duration = ms_us(seconds * 1000) if seconds is not None else None
+            if end_at is None:
+                start, end = self.start, self.start + (duration or 0)
+            else:
+                start, end = (end_at - duration if duration is not None else None), end_at
+            cols["start_time"][index], cols["end_time"][index] = (start if duration is not None else None), end
+            self.counts["no_start"] += duration is None
+        when = self.start if end_at is None else end_at
+        self.untimed_anchors.append((str(path), dt.datetime.fromtimestamp(when / 1e6, dt.timezone.utc).isoformat(),
+                                     "--start" if end_at is None else "estimated", len(self.untimed)))
+
+    # -- llama-speculative / lookup summaries
+
+    def cli_line(self, text: str, place: str) -> bool:
+        """One line of the summary llama-speculative, -simple and lookup print at exit; True when it is one.
+        The counts are the run's totals; its time is the `encoded`/`decoded` (2024 on) or `generated`
+        (2023) lines printed before the counts, or the `decoded` line printed after them (2023-09)."""
+        seconds = _CLI_SECONDS.match(text)
+        if seconds is not None:
+            kind, value = seconds.group(1), float(seconds.group(3))
+            if self.cli_waiting is not None and kind != "encoded" and not self.cli_seconds:
+                self.cli_waiting[1] = value       # printed after the summary it belongs to
+                self.cli_waiting = None
+            else:
+                self.cli_waiting = None
+                self.cli_seconds.append(value)
+            self.summary.skip(OTHER_LINE)
+            return True
+        count = _CLI_COUNT.fullmatch(text)
+        if count is not None:
+            name, value = count.group(1), int(count.group(2))
+            if name == "n_draft":
+                self.cli, self.cli_waiting = {"place": place}, None
+            if self.cli is None:
+                return False
+            self.cli[name] = value
+            return True
+        if self.cli is not None and _CLI_OTHER.match(text):
+            self.summary.skip(OTHER_LINE)
+            return True
+        accept = _CLI_ACCEPT.fullmatch(text)
+        if accept is None or self.cli is None:
+            return False
+        summary, self.cli = self.cli, None
+        drafted, accepted = summary.get("n_drafted"), summary.get("n_accept")
+        if drafted is None or accepted is None:
+            self.skip(CLI_INCOMPLETE, place)
+            return True
+        if drafted == 0:
+            self.skip(CLI_NOTHING_DRAFTED, place)
+            return True
+        rate = _float(accept.group(1))
+        if accepted > drafted or rate is None or abs(rate - 100 * accepted / drafted) > 0.0005 + 1e-9:
+            self.skip(CONTRADICTS, place)
+            return True
+        self.layouts["llama-speculative summary"] += 1
+        self.add_interval(series=summary["place"].rsplit("/", 1)[-1], start=None, end=0, drafts=None, exact=False,
+                          drafted=drafted, accepted=accepted, rates=[], source=LOG_SOURCE, mean=None)
+        entry = [len(self.intervals["end_time"]) - 1, sum(self.cli_seconds) if self.cli_seconds else None]
+        self.untimed.append(entry)
+        self.cli_waiting = entry if not self.cli_seconds else None
+        self.cli_seconds = []
+        return True
 
     def rates_line(self, body: str, key: tuple, place: str) -> None:
         """``acc per pos = (…)`` (trace verbosity) right after a ``mean len`` line: that request's rates,
@@ -650,13 +751,65 @@ class _Import:
             self.summary.skip(OTHER_LINE)
             return
         try:
-            obj = json.loads(payload)
-        except json.JSONDecodeError:
-            self.skip(JSON_BROKEN, place, timing_like="timings" in payload)
+            value = json.loads(payload)
+        except json.JSONDecodeError as err:
+            if err.pos >= len(payload) and not text.startswith("data:"):
+                self.json_lines, self.json_start = [payload], (where, place)   # pretty-printed: read on
+            else:
+                self.skip(JSON_BROKEN, place, timing_like="timings" in payload)
             return
-        if not isinstance(obj, dict):
-            self.skip(JSON_BROKEN, place, timing_like=False)
+        self.json_value(value, where, place)
+
+    def json_more(self, text: str, place: str) -> None:
+        """The next line of a pretty-printed JSON value (`jq` output): parsed once a closing line completes it."""
+        self.json_lines.append(text)
+        where, first = self.json_start
+        if text.startswith(("}", "]")):
+            try:
+                value = json.loads("\n".join(self.json_lines))
+            except json.JSONDecodeError as err:
+                if err.pos < len("\n".join(self.json_lines)):
+                    self.json_start, self.json_lines = None, []
+                    self.skip(JSON_BROKEN, first)
+                return
+            self.json_start, self.json_lines = None, []
+            self.json_value(value, where, first)
+        elif len(self.json_lines) > JSON_LINES_MAX:
+            self.json_start, self.json_lines = None, []
+            self.skip(JSON_UNFINISHED, first)
+
+    def json_value(self, value, where: Where, place: str) -> None:
+        for obj in value if isinstance(value, list) else [value]:
+            if not isinstance(obj, dict):
+                self.skip(JSON_BROKEN, place, timing_like=False)
+            elif "timings" not in obj and "response" not in obj and {"predicted_n", "prompt_ms"} <= obj.keys():
+                self.bare_timings(obj, where, place)
+            else:
+                self.json_object(obj, where, place)
+
+    def bare_timings(self, timings: dict, where: Where, place: str) -> None:
+        """A `timings` object on its own (`jq .timings`): the request's drafted and accepted tokens and its
+        duration (prompt_ms + predicted_ms), no id, time or finish reason: an intervals row, no requests row."""
+        t = {key: get(timings, key, kind, where, f"timings.{key}") for key, kind in (
+            ("prompt_ms", "number"), ("predicted_ms", "number"), ("draft_n", "integer"),
+            ("draft_n_accepted", "integer"))}
+        if t["prompt_ms"] is None or t["predicted_ms"] is None or any(v is not None and v < 0 for v in t.values()):
+            self.skip(TIMINGS_INCOMPLETE, place)
             return
+        if not t["draft_n"]:
+            self.layouts["bare timings, no draft_n"] += 1
+            self.summary.skip(NO_DRAFT_LINE)
+            return
+        if t["draft_n_accepted"] is None or t["draft_n_accepted"] > t["draft_n"]:
+            self.skip(CONTRADICTS, place)
+            return
+        self.layouts["bare timings"] += 1
+        self.add_interval(series=place.rsplit("/", 1)[-1], start=None, end=0, drafts=None, exact=False,
+                          drafted=t["draft_n"], accepted=t["draft_n_accepted"], rates=[], source=RESPONSE_SOURCE,
+                          mean=None)
+        self.untimed.append([len(self.intervals["end_time"]) - 1, (t["prompt_ms"] + t["predicted_ms"]) / 1000])
+
+    def json_object(self, obj: dict, where: Where, place: str) -> None:
         wrapper, resp = (obj, obj["response"]) if isinstance(obj.get("response"), dict) else (None, obj)
         choices = resp.get("choices") if isinstance(resp.get("choices"), list) else []
         reason = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
@@ -797,9 +950,10 @@ class _Import:
         note = lambda text: self.summary.note(text, self.deployment_id)  # noqa: E731
         plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
         c = self.counts + Counter(self.draft_kinds) + Counter({"statistics only": self.layouts["statistics only"]})
-        intervals = len(self.intervals["end_time"])
+        summaries = self.layouts["llama-speculative summary"]
+        intervals = len(self.intervals["end_time"]) - summaries
         note("layouts read: " + ", ".join(f"{name} ({n})" for name, n in sorted(self.layouts.items())))
-        if any(s == LOG_SOURCE for s in self.intervals["source"]) or self.rounds:
+        if sum(s == LOG_SOURCE for s in self.intervals["source"]) > summaries or self.rounds:
             note("log times are the log shipper's timestamp on each line where it has one (UTC when it has no "
                  "offset); else llama.cpp's own log time (`M.SS.mmm.uuu`, from the server's start) plus the "
                  "server's start time")
@@ -810,6 +964,21 @@ class _Import:
                      f"modification time minus its last llama.cpp log time, {when}; pass --start TIME to set it")
             else:
                 note(f"{path}: llama.cpp's log times count from --start {when}")
+        for path, when, how, n in self.untimed_anchors:
+            rows_text = plural(n, "interval")
+            if how == "--start":
+                note(f"{path}: {rows_text} without a time of their own (llama-speculative / lookup summaries, bare "
+                     f"`timings` objects) start at --start {when} and last their printed seconds (encoded + "
+                     "decoded, or generated; prompt_ms + predicted_ms)")
+            else:
+                note(f"{path}: {rows_text} without a time of their own (llama-speculative / lookup summaries, bare "
+                     f"`timings` objects): times are estimated: they end at the file's modification time {when} "
+                     "and start their printed seconds before it; pass --start TIME to set the start")
+        if summaries:
+            note(f"llama-speculative / lookup summaries ({summaries}): one intervals row each (series: the file and line of its `n_draft` line), num_draft_tokens = n_drafted, "
+                 "num_accepted_tokens = n_accept; num_drafts unknown (the summary does not print the number of "
+                 "verification steps); n_draft (the maximum draft length, or the adaptive one's last value) and "
+                 "n_predict are not used")
         if c["from_statistics"]:
             note(f"num_drafts from the `statistics` lines on {plural(c['from_statistics'], 'interval')}: the "
                  "slot's cumulative accept calls (#calls a) differenced per request, summed over drafters (exact; "
