@@ -431,6 +431,93 @@ def test_per_round_debug_lines_become_rounds(tmp_path):
     assert_clean(out)
 
 
+def test_speculative_cli_summaries_one_interval_each(tmp_path):
+    out, summary = imported(tmp_path, "speculative.log", start="2026-01-01T00:00:00")
+    got = [(r["series"], r["start_time"], r["end_time"], r["num_drafts"], r["num_draft_tokens"],
+            r["num_accepted_tokens"], r["source"]) for r in rows(out, "intervals")]
+    start = t("2026-01-01T00:00:00")
+    assert got == [
+        # lines 1-7 (PR #2926): 47 of 132 drafted accepted, 47 / 132 = 35.606 % as printed; `generated 129 tokens
+        # in 248.340 seconds` before the counts → end = start + 248.340 s. num_drafts is not printed
+        ("speculative.log:3", start, t("2026-01-01T00:04:08.340"), None, 132, 47, "llamacpp_log"),
+        # lines 19-26 (PR #10455): 313 / 912 = 34.320 %; encoded 0.514 s + decoded 34.412 s = 34.926 s
+        ("speculative.log:22", start, t("2026-01-01T00:00:34.926"), None, 912, 313, "llamacpp_log"),
+        # lines 33-40 (issue #5877): 526 / 730 = 72.055 %; 0.054 + 12.132 = 12.186 s
+        ("speculative.log:36", start, t("2026-01-01T00:00:12.186"), None, 730, 526, "llamacpp_log"),
+    ]
+    # 40 lines, 3 × 5 counts read; the other 25: 9 blank, `draft:` ×2, `target:`, 5 llama_print_timings, 3
+    # llama_perf, and the 5 encoded/decoded/generated lines (their seconds are read, the lines counted as other)
+    assert summary.skipped == {OTHER_LINE: 25}
+    kept = notes(out)
+    assert "layouts read: llama-speculative summary (3)" in kept
+    assert any(n.startswith("llama-speculative / lookup summaries (3): one intervals row each") for n in kept)
+    assert not any(n.startswith("log times are the log shipper") for n in kept)
+    assert_clean(out)
+
+
+def test_speculative_cli_seconds_after_the_counts_and_lookup(tmp_path):
+    out, _ = imported(tmp_path, "heuristic.log", "lookup.log", start="2026-01-01T00:00:00")
+    start = t("2026-01-01T00:00:00")
+    assert [(r["series"], r["start_time"], r["end_time"], r["num_draft_tokens"], r["num_accepted_tokens"])
+            for r in rows(out, "intervals")] == [
+        # PR #3006 (2023-09) prints `decoded` after the counts: 231 / 245 = 94.286 % in 11.990 s,
+        # then 223 / 254 = 87.795 % in 13.234 s, each run's own line
+        ("heuristic.log:2", start, t("2026-01-01T00:00:11.990"), 245, 231),
+        ("heuristic.log:11", start, t("2026-01-01T00:00:13.234"), 254, 223),
+        # PR #5450 (lookup, t_draft between n_drafted and n_accept): 410 / 712 = 57.584 %, no seconds printed:
+        # no start, end = --start
+        ("lookup.log:1", None, start, 712, 410),
+    ]
+    assert_clean(out)
+
+
+def test_cli_summary_without_start_ends_at_the_modification_time(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text((FIXTURES / "heuristic.log").read_text())
+    modified = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC).timestamp()
+    import os
+    os.utime(log, (modified, modified))
+    out, _ = imported(tmp_path, log)
+    # both runs end at 12:00:00 and start 11.990 s and 13.234 s before it
+    assert [(r["start_time"], r["end_time"]) for r in rows(out, "intervals")] == [
+        (t("2026-03-01T11:59:48.010"), t("2026-03-01T12:00:00")),
+        (t("2026-03-01T11:59:46.766"), t("2026-03-01T12:00:00"))]
+    assert any(n.startswith(f"{log}: 2 intervals without a time of their own") and "estimated" in n
+               for n in notes(out))
+
+
+def test_cli_summary_whose_percentage_contradicts_its_counts_is_skipped(tmp_path):
+    log = tmp_path / "bad.log"
+    # lookup.log with n_accept changed 410 → 411: 411 / 712 = 57.725 %, not the printed 57.584 %
+    log.write_text((FIXTURES / "lookup.log").read_text().replace("= 410", "= 411"))
+    with pytest.raises(ImportInputError, match=rf"did not import is {log}:6 \({CONTRADICTS[:20]}"):
+        imported(tmp_path, log)
+
+
+def test_pretty_printed_bare_timings_many_per_file(tmp_path):
+    out, summary = imported(tmp_path, "timings.json", start="2026-01-01T00:00:00")
+    start = t("2026-01-01T00:00:00")
+    assert [(r["series"], r["start_time"], r["end_time"], r["num_drafts"], r["num_draft_tokens"],
+             r["num_accepted_tokens"], r["source"]) for r in rows(out, "intervals")] == [
+        # PR #12603's `jq .timings`: 347 drafted, 65 accepted; 228.522 + 11082.606 ms = 11.311128 s
+        ("timings.json:1", start, t("2026-01-01T00:00:11.311128"), None, 347, 65, "llamacpp_response"),
+        # b9251's usage chunk (responses.jsonl line 3) re-indented: 604 / 515; 128.301 + 20629.211 = 20.757512 s
+        ("timings.json:13", start, t("2026-01-01T00:00:20.757512"), None, 604, 515, "llamacpp_response"),
+    ]
+    assert not rows(out, "requests")        # a bare timings object has no id, finish reason or token counts
+    assert not summary.skipped
+    assert "layouts read: bare timings (2)" in notes(out)
+    assert_clean(out)
+
+
+def test_unfinished_pretty_printed_json_is_named(tmp_path):
+    cut = tmp_path / "cut.json"
+    # the second object of timings.json (lines 13-26) without its last 4 lines: it never closes
+    cut.write_text("\n".join((FIXTURES / "timings.json").read_text().splitlines()[12:22]) + "\n")
+    with pytest.raises(ImportInputError, match=rf"did not import is {cut}:1 \(pretty-printed JSON that never"):
+        imported(tmp_path, cut)
+
+
 def test_start_is_refused_for_other_sources_and_must_be_a_time(tmp_path):
     result = run("import", "sglang-log", FIXTURES / "rate.log", "--deployment", "x", "--out", tmp_path / "t",
                  "--start", "2026-01-01T00:00:00")
