@@ -364,7 +364,7 @@ class _Import:
                 text = line.strip()
                 if self.json_start is not None:
                     self.json_more(text, place)
-                elif text.startswith(("{", "[")) or text.startswith("data:"):
+                elif text.startswith(("{", "data:", "[{")) or text == "[":   # not `[53409] slot …` (llama-swap)
                     self.json_line(text, Where(path, number), place)
                 elif not self.cli_line(text, place):
                     self.log_line(line, place)
