@@ -518,6 +518,20 @@ def test_unfinished_pretty_printed_json_is_named(tmp_path):
         imported(tmp_path, cut)
 
 
+def test_llama_swap_pid_prefix_as_quoted_is_a_log_line(tmp_path):
+    """rate.log lines 10-14 as PR #23269 quotes them (without the journald prefix SOURCES.md says was added):
+    a line opening with `[53409]` is log text, not JSON."""
+    log = tmp_path / "swap.log"
+    log.write_text("".join(line.split("llama-swap[812]: ", 1)[1] + "\n" for line in
+                           (FIXTURES / "rate.log").read_text().splitlines()[9:14]))
+    out, _ = imported(tmp_path, log, start="2026-05-21T10:00:00")
+    # header at 4.48.313.649 (the bare lines have no time of their own) → end 10:04:48.313649; start = end −
+    # total time 15224.00 ms = 10:04:33.089649; 118 of 144
+    assert [(r["series"], r["start_time"], r["end_time"], r["num_draft_tokens"], r["num_accepted_tokens"])
+            for r in rows(out, "intervals")] == [
+        ("[53409] slot 0 task 689", t("2026-05-21T10:04:33.089649"), t("2026-05-21T10:04:48.313649"), 144, 118)]
+
+
 def test_start_is_refused_for_other_sources_and_must_be_a_time(tmp_path):
     result = run("import", "sglang-log", FIXTURES / "rate.log", "--deployment", "x", "--out", tmp_path / "t",
                  "--start", "2026-01-01T00:00:00")
