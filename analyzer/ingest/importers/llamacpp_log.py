@@ -38,7 +38,12 @@ cumulative counters per drafter) are differenced per request; per-round debug li
 in the ``{"response": …, "sent_at": …}`` wrapper of the other response importers):
 the ``timings`` object (``prompt_n``, ``prompt_ms``, ``predicted_n``,
 ``predicted_ms``, ``cache_n``, and ``draft_n`` / ``draft_n_accepted`` when the
-request drafted).
+request drafted); one value per line or pretty-printed, and bare ``timings``
+objects (``jq .timings``: an intervals row, no requests row).
+
+**The CLI summaries** of ``llama-speculative``, ``-simple`` and ``lookup`` (``n_drafted``,
+``n_accept``, ``accept = X%``): one intervals row per run. These and bare ``timings`` have
+no time of their own: they start at ``--start``, else end at the file's modification time.
 
 **What is written** (only what is exact; docs/importers.md says what is lost):
 
