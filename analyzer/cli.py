@@ -595,7 +595,8 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, conf
                    "ISO-8601 time in its file name (ISO-8601, UTC without a zone, or epoch seconds).")
 @click.option("--start", "start", default=None, metavar="TIME",
               help="llamacpp-log and vllm-log only: the absolute time (ISO-8601, UTC without a zone) that "
-                   "relative log times, and lines without a time, are anchored at.")
+                   "relative log times count from, and lines without a time are anchored at (default for "
+                   "llamacpp-log: the file's modification time minus its last relative time, noted as estimated).")
 @click.option("--sglang-version", "sglang_version", default=None, metavar="X.Y.Z",
               help="sglang-log only: the SGLang release that wrote the log, e.g. 0.5.11. Keeps its 'accept rate', "
                    "whose meaning changed in 0.5.11 (dropped without it).")

@@ -19,7 +19,7 @@ from analyzer.cli import main
 from analyzer.ingest.importers import SOURCES
 from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
 from analyzer.ingest.importers.llamacpp_log import (CONTRADICTS, NO_CLOCK, NO_DRAFT_LINE, NOT_PARSED, OTHER_LINE,
-                                                    PARTIAL, drafts_from, import_llamacpp_log, parse_draft)
+                                                    PARTIAL, STATS_UNUSED, drafts_from, import_llamacpp_log, parse_draft)
 from imported import rows, run, t
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
@@ -31,10 +31,10 @@ def notes(root: Path) -> list[str]:
     return [r["note"] for r in rows(root, "import_notes")]
 
 
-def imported(tmp_path, *files, deployment="llama", name="traces", **overrides):
+def imported(tmp_path, *files, deployment="llama", name="traces", start=None, **overrides):
     out = tmp_path / name
     summary = import_llamacpp_log([FIXTURES / f if isinstance(f, str) else f for f in files], out, deployment,
-                                  Overrides(**overrides))
+                                  Overrides(**overrides), start=start)
     return out, summary
 
 
@@ -76,8 +76,9 @@ def test_rate_layout_one_interval_per_request(tmp_path):
 def test_rate_layout_skips_and_notes(tmp_path):
     out, summary = imported(tmp_path, "rate.log")
     # 31 lines: 3 requests (lines 3-7, 10-14, 27-30) and the block of lines 20-24 without a wall-clock time;
-    # line 31 cut; other: n_decoded lines 1, 2, 8, 9, statistics 15-17 and 25, release 18 and 26, idle 19 = 11
-    assert summary.skipped == {OTHER_LINE: 11, NO_CLOCK: 1, NOT_PARSED: 1}
+    # line 31 cut; other: n_decoded lines 1, 2, 8, 9, release 18 and 26, idle 19 = 7. Statistics 15-17 are the
+    # first of their slot and drafters with b = 10 (nothing to difference), 25 follows a block that has no clock
+    assert summary.skipped == {OTHER_LINE: 7, STATS_UNUSED: 4, NO_CLOCK: 1, NOT_PARSED: 1}
     kept = notes(out)
     assert f"1 line skipped ({NO_CLOCK}), first at {FIXTURES / 'rate.log'}:24" in kept
     assert f"1 line skipped ({NOT_PARSED}), first at {FIXTURES / 'rate.log'}:31" in kept
@@ -110,15 +111,16 @@ def test_mean_layouts(tmp_path):
          "reported_accept_length": 2.92, "reported_accept_length_definition": MEAN},
         # line 14 (llamacpp-rocm#129): mean len 4.30 allows n ∈ [5995 / 3.305, 5995 / 3.295] = [1813.9, 1819.4]:
         # 1814..1819, no rates to narrow it: approximate, the nearest to 5995 / 3.30 = 1816.67 → 1817.
-        # No timing lines before it: no start. The compose prefix `llama-1 |` is the process
-        {"deployment_id": "llama", "series": "llama-1 | slot 0 task 0", "start_time": None,
+        # No timing lines before it: no start. The compose prefix `llama-1 |` is the process, without its bar
+        {"deployment_id": "llama", "series": "llama-1 slot 0 task 0", "start_time": None,
          "end_time": t("2026-07-01T12:04:01.806856"), "num_drafts": 1817, "num_draft_tokens": 9089,
          "num_accepted_tokens": 5995, "accepted_per_position": None, "source": "llamacpp_log",
          "reported_accept_length": 4.30, "reported_accept_length_definition": MEAN},
     ]
     kept = notes(out)
     assert "layouts read: acceptance (1), mean acceptance length (1), mean len (1)" in kept
-    assert any(n.startswith("num_drafts is exact on 1 interval:") for n in kept)
+    # the PR #24536 request: its statistics line (b = 1, a = 87) gives the 87 that the mean allows
+    assert any(n.startswith("num_drafts from the `statistics` lines on 1 interval") for n in kept)
     assert any(n.startswith("num_drafts is approximate on 1 interval:") for n in kept)
     assert any(n.startswith("num_drafts unknown on 1 interval") for n in kept)
     assert any(n.startswith("1 interval without start_time") for n in kept)
@@ -350,15 +352,194 @@ def test_wrong_type_in_a_response_is_exit_2_naming_file_and_line(tmp_path):
 # =========================================================================== nothing imports
 
 
-def test_log_without_wall_clock_imports_nothing(tmp_path):
+def test_log_without_any_time_imports_nothing(tmp_path):
     with pytest.raises(ImportInputError) as err:
-        imported(tmp_path, "notime.log")
+        imported(tmp_path, "noclock.log")
     message = str(err.value)
-    # PR #24536's lines as printed: llama.cpp's own times only; the block's draft line is line 5
-    assert message.startswith(f"{FIXTURES / 'notime.log'}: nothing to import: the first line that looks like "
-                              f"llama.cpp timing output but did not import is {FIXTURES / 'notime.log'}:5 ({NO_CLOCK})")
+    # rate.log lines 20-26 (am17an/llama.cpp#6): no shipper time and no llama.cpp time; the draft line is line 5
+    assert message.startswith(f"{FIXTURES / 'noclock.log'}: nothing to import: the first line that looks like "
+                              f"llama.cpp timing output but did not import is {FIXTURES / 'noclock.log'}:5 "
+                              f"({NO_CLOCK})")
     assert "docker logs -t" in message and "known layouts: `draft acceptance rate = R" in message
     assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").rglob("*.parquet"))
+
+
+def test_relative_times_anchored_at_start(tmp_path):
+    out, summary = imported(tmp_path, "notime.log", start="2026-06-15T07:00:00")
+    # PR #24536's lines as printed: draft line at 0.06.896.015 → 07:00:06.896015; start = that − 2596.83 ms.
+    # num_drafts 87 from the statistics line (b = 1: the slot's first request, a = 87), 259 / 167 as the draft line
+    assert rows(out, "intervals") == [
+        {"deployment_id": "llama", "series": "slot 1 task 0", "start_time": t("2026-06-15T07:00:04.299185"),
+         "end_time": t("2026-06-15T07:00:06.896015"), "num_drafts": 87, "num_draft_tokens": 259,
+         "num_accepted_tokens": 167, "accepted_per_position": [70, 55, 42], "source": "llamacpp_log",
+         "reported_accept_length": 2.92, "reported_accept_length_definition": MEAN}]
+    assert f"{FIXTURES / 'notime.log'}: llama.cpp's log times count from --start 2026-06-15T07:00:00+00:00" in (
+        notes(out))
+    assert_clean(out)
+
+
+def test_relative_times_without_start_are_estimated_from_the_modification_time(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text((FIXTURES / "notime.log").read_text())
+    modified = dt.datetime(2026, 6, 15, 8, 0, 0, tzinfo=UTC).timestamp()
+    import os
+    os.utime(log, (modified, modified))
+    out, _ = imported(tmp_path, log)
+    # last llama.cpp time in the file: 0.06.896.140 (line 8) → server start = 08:00:00 − 6.896140 s = 07:59:53.103860;
+    # the draft line's 6.896015 s later is 07:59:59.999875
+    assert [r["end_time"] for r in rows(out, "intervals")] == [t("2026-06-15T07:59:59.999875")]
+    assert (f"{log}: absolute times are estimated: the server's start is taken to be the file's modification time "
+            "minus its last llama.cpp log time, 2026-06-15T07:59:53.103860+00:00; pass --start TIME to set it"
+            in notes(out))
+
+
+def test_statistics_lines_differenced_per_request(tmp_path):
+    out, summary = imported(tmp_path, "stats.log")
+    got = [(r["series"], r["num_drafts"], r["num_draft_tokens"], r["num_accepted_tokens"]) for r in
+           rows(out, "intervals")]
+    assert got == [
+        # task 4199: its statistics line (b = 8) is the slot's first in the file: nothing to difference; no mean
+        # (the log viewer's `| ` bar after the time is not part of the series)
+        ("slot 0 task 4199", None, 1225, 1213),
+        # task 5199: a 4097 − 3355 = 742 steps; #gen tokens 7009 − 5665 = 1344 and #acc 6885 − 5564 = 1321, the
+        # draft line's 1344 generated / 1321 accepted
+        ("slot 0 task 5199", 742, 1344, 1321),
+        # task 6173: no draft acceptance line, only statistics: a 4111 − 4097 = 14, gen 7034 − 7009 = 25,
+        # acc 6910 − 6885 = 25 (not "drafted nothing")
+        ("slot 0 task 6173", 14, 25, 25),
+    ]
+    # end = the line's time, start = end − total time: 23:40:18.817 − 1304.95 ms = 23:40:17.512050
+    assert rows(out, "intervals")[2]["start_time"] == t("2026-05-14T23:40:17.512050")
+    assert summary.skipped[STATS_UNUSED] == 1
+    kept = notes(out)
+    assert "layouts read: rate (2), statistics only (1)" in kept
+    assert any(n.startswith("num_drafts from the `statistics` lines on 2 intervals") for n in kept)
+    assert_clean(out)
+
+
+def test_per_round_debug_lines_become_rounds(tmp_path):
+    out, _ = imported(tmp_path, "rounds.log", start="2026-07-01T00:00:00")
+    # issue 24's line: 16 of 16 drafts accepted, committed 16 + 1 = 17, KV before the round 681 − 17 = 664
+    assert [(r["request_id"], r["round_idx"], r["num_draft_tokens"], r["num_accepted_tokens"],
+             r["num_committed_tokens"], r["context_len"]) for r in rows(out, "rounds")] == [
+        ("slot 3 task 0", 0, 16, 16, 17, 664)]
+    # issue 24's print_timing line: 37 / 37, mean len 4.70 → n ∈ [37 / 3.705, 37 / 3.695] = [9.99, 10.01] → 10;
+    # its time 0.01.883.943 after --start
+    assert [(r["series"], r["end_time"], r["num_drafts"]) for r in rows(out, "intervals")] == [
+        ("slot 3 task 1", t("2026-07-01T00:00:01.883943"), 10)]
+    assert any(n.startswith("1 round of 1 request from llama.cpp's per-round debug lines") for n in notes(out))
+    assert_clean(out)
+
+
+def test_speculative_cli_summaries_one_interval_each(tmp_path):
+    out, summary = imported(tmp_path, "speculative.log", start="2026-01-01T00:00:00")
+    got = [(r["series"], r["start_time"], r["end_time"], r["num_drafts"], r["num_draft_tokens"],
+            r["num_accepted_tokens"], r["source"]) for r in rows(out, "intervals")]
+    start = t("2026-01-01T00:00:00")
+    assert got == [
+        # lines 1-7 (PR #2926): 47 of 132 drafted accepted, 47 / 132 = 35.606 % as printed; `generated 129 tokens
+        # in 248.340 seconds` before the counts → end = start + 248.340 s. num_drafts is not printed
+        ("speculative.log:3", start, t("2026-01-01T00:04:08.340"), None, 132, 47, "llamacpp_log"),
+        # lines 19-26 (PR #10455): 313 / 912 = 34.320 %; encoded 0.514 s + decoded 34.412 s = 34.926 s
+        ("speculative.log:22", start, t("2026-01-01T00:00:34.926"), None, 912, 313, "llamacpp_log"),
+        # lines 33-40 (issue #5877): 526 / 730 = 72.055 %; 0.054 + 12.132 = 12.186 s
+        ("speculative.log:36", start, t("2026-01-01T00:00:12.186"), None, 730, 526, "llamacpp_log"),
+    ]
+    # 40 lines, 3 × 5 counts read; the other 25: 9 blank, `draft:` ×2, `target:`, 5 llama_print_timings, 3
+    # llama_perf, and the 5 encoded/decoded/generated lines (their seconds are read, the lines counted as other)
+    assert summary.skipped == {OTHER_LINE: 25}
+    kept = notes(out)
+    assert "layouts read: llama-speculative summary (3)" in kept
+    assert any(n.startswith("llama-speculative / lookup summaries (3): one intervals row each") for n in kept)
+    assert not any(n.startswith("log times are the log shipper") for n in kept)
+    assert_clean(out)
+
+
+def test_speculative_cli_seconds_after_the_counts_and_lookup(tmp_path):
+    out, _ = imported(tmp_path, "heuristic.log", "lookup.log", start="2026-01-01T00:00:00")
+    start = t("2026-01-01T00:00:00")
+    assert [(r["series"], r["start_time"], r["end_time"], r["num_draft_tokens"], r["num_accepted_tokens"])
+            for r in rows(out, "intervals")] == [
+        # PR #3006 (2023-09) prints `decoded` after the counts: 231 / 245 = 94.286 % in 11.990 s,
+        # then 223 / 254 = 87.795 % in 13.234 s, each run's own line
+        ("heuristic.log:2", start, t("2026-01-01T00:00:11.990"), 245, 231),
+        ("heuristic.log:11", start, t("2026-01-01T00:00:13.234"), 254, 223),
+        # PR #5450 (lookup, t_draft between n_drafted and n_accept): 410 / 712 = 57.584 %, no seconds printed:
+        # no start, end = --start
+        ("lookup.log:1", None, start, 712, 410),
+    ]
+    assert_clean(out)
+
+
+def test_cli_summary_without_start_ends_at_the_modification_time(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text((FIXTURES / "heuristic.log").read_text())
+    modified = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC).timestamp()
+    import os
+    os.utime(log, (modified, modified))
+    out, _ = imported(tmp_path, log)
+    # both runs end at 12:00:00 and start 11.990 s and 13.234 s before it
+    assert [(r["start_time"], r["end_time"]) for r in rows(out, "intervals")] == [
+        (t("2026-03-01T11:59:48.010"), t("2026-03-01T12:00:00")),
+        (t("2026-03-01T11:59:46.766"), t("2026-03-01T12:00:00"))]
+    assert any(n.startswith(f"{log}: 2 intervals without a time of their own") and "estimated" in n
+               for n in notes(out))
+
+
+def test_cli_summary_whose_percentage_contradicts_its_counts_is_skipped(tmp_path):
+    log = tmp_path / "bad.log"
+    # lookup.log with n_accept changed 410 → 411: 411 / 712 = 57.725 %, not the printed 57.584 %
+    log.write_text((FIXTURES / "lookup.log").read_text().replace("= 410", "= 411"))
+    with pytest.raises(ImportInputError, match=rf"did not import is {log}:6 \({CONTRADICTS[:20]}"):
+        imported(tmp_path, log)
+
+
+def test_pretty_printed_bare_timings_many_per_file(tmp_path):
+    out, summary = imported(tmp_path, "timings.json", start="2026-01-01T00:00:00")
+    start = t("2026-01-01T00:00:00")
+    assert [(r["series"], r["start_time"], r["end_time"], r["num_drafts"], r["num_draft_tokens"],
+             r["num_accepted_tokens"], r["source"]) for r in rows(out, "intervals")] == [
+        # PR #12603's `jq .timings`: 347 drafted, 65 accepted; 228.522 + 11082.606 ms = 11.311128 s
+        ("timings.json:1", start, t("2026-01-01T00:00:11.311128"), None, 347, 65, "llamacpp_response"),
+        # b9251's usage chunk (responses.jsonl line 3) re-indented: 604 / 515; 128.301 + 20629.211 = 20.757512 s
+        ("timings.json:13", start, t("2026-01-01T00:00:20.757512"), None, 604, 515, "llamacpp_response"),
+    ]
+    assert not rows(out, "requests")        # a bare timings object has no id, finish reason or token counts
+    assert not summary.skipped
+    assert "layouts read: bare timings (2)" in notes(out)
+    assert_clean(out)
+
+
+def test_unfinished_pretty_printed_json_is_named(tmp_path):
+    cut = tmp_path / "cut.json"
+    # the second object of timings.json (lines 13-26) without its last 4 lines: it never closes
+    cut.write_text("\n".join((FIXTURES / "timings.json").read_text().splitlines()[12:22]) + "\n")
+    with pytest.raises(ImportInputError, match=rf"did not import is {cut}:1 \(pretty-printed JSON that never"):
+        imported(tmp_path, cut)
+
+
+def test_llama_swap_pid_prefix_as_quoted_is_a_log_line(tmp_path):
+    """rate.log lines 10-14 as PR #23269 quotes them (without the journald prefix SOURCES.md says was added):
+    a line opening with `[53409]` is log text, not JSON."""
+    log = tmp_path / "swap.log"
+    log.write_text("".join(line.split("llama-swap[812]: ", 1)[1] + "\n" for line in
+                           (FIXTURES / "rate.log").read_text().splitlines()[9:14]))
+    out, _ = imported(tmp_path, log, start="2026-05-21T10:00:00")
+    # header at 4.48.313.649 (the bare lines have no time of their own) → end 10:04:48.313649; start = end −
+    # total time 15224.00 ms = 10:04:33.089649; 118 of 144
+    assert [(r["series"], r["start_time"], r["end_time"], r["num_draft_tokens"], r["num_accepted_tokens"])
+            for r in rows(out, "intervals")] == [
+        ("[53409] slot 0 task 689", t("2026-05-21T10:04:33.089649"), t("2026-05-21T10:04:48.313649"), 144, 118)]
+
+
+def test_start_is_refused_for_other_sources_and_must_be_a_time(tmp_path):
+    result = run("import", "sglang-log", FIXTURES / "rate.log", "--deployment", "x", "--out", tmp_path / "t",
+                 "--start", "2026-01-01T00:00:00")
+    assert result.exit_code == 2 and "--start applies to llamacpp-log and vllm-log only" in result.stderr
+    result = run("import", "llamacpp-log", FIXTURES / "notime.log", "--deployment", "x", "--out", tmp_path / "t",
+                 "--start", "yesterday")
+    assert result.exit_code == 2 and "--start: expected an ISO-8601 time" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_every_file_must_import_something(tmp_path):
@@ -399,17 +580,17 @@ def test_cli_import_prints_the_summary(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"specan import llamacpp-log → {out}")
     assert "intervals            6 rows" in result.stdout          # 3 + 3
-    # other lines: 11 in rate.log; in mean.log the two graphs reused lines, statistics, two release lines, idle
-    assert "       17  not llama.cpp timing output" in result.stdout
+    # other lines: 7 in rate.log; in mean.log the two graphs reused lines, two release lines, idle
+    assert "       12  not llama.cpp timing output" in result.stdout
 
 
 def test_cli_nothing_imports_is_one_line_exit_2(tmp_path):
     out = tmp_path / "traces"
-    result = run("import", "llamacpp-log", FIXTURES / "notime.log", "--deployment", "llama", "--out", out)
+    result = run("import", "llamacpp-log", FIXTURES / "noclock.log", "--deployment", "llama", "--out", out)
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
-    assert "notime.log:5" in result.stderr and "known layouts" in result.stderr
+    assert "noclock.log:5" in result.stderr and "known layouts" in result.stderr
     assert not out.exists() or not any(out.rglob("*.parquet"))
 
 

@@ -74,5 +74,5 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
     if source == "trtllm-responses":
         return import_trtllm_responses(files, out, ids[0], overrides)
     if source == "llamacpp-log":
-        return import_llamacpp_log(files, out, ids[0], overrides)
+        return import_llamacpp_log(files, out, ids[0], overrides, start=start)
     return import_sglang_responses(files, out, ids[0], overrides)

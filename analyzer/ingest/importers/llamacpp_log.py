@@ -28,17 +28,22 @@ lines of one request: keyed by its ``slot S | task T`` prefix, or, for the bare
 lines of layout 1, by the process prefix (a log shipper's or llama-swap's text
 before llama.cpp's) and the ``slot print_timing: id S | task T |`` line before them.
 
-**Times.** llama.cpp prints no wall-clock time: its ``--log-timestamps`` count
-minutes from the server's start. A block is imported only when its lines carry a
-log shipper's ISO-8601 timestamp (``docker logs -t``, ``journalctl -o
-short-iso-precise``, read as UTC without an offset); the others are skipped and
-counted, never given a time.
+**Times.** A log shipper's ISO-8601 timestamp on a line wins; else llama.cpp's own
+``M.SS.mmm.uuu`` (from the server's start) plus ``--start``, or the file's modification
+time minus its last relative time (noted as estimated). ``statistics`` lines (the slot's
+cumulative counters per drafter) are differenced per request; per-round debug lines
+(``accepted A/D draft tokens, new n_tokens = N``) become rounds.
 
 **The JSON responses** (JSONL, or a captured stream's ``data:`` lines; optionally
 in the ``{"response": …, "sent_at": …}`` wrapper of the other response importers):
 the ``timings`` object (``prompt_n``, ``prompt_ms``, ``predicted_n``,
 ``predicted_ms``, ``cache_n``, and ``draft_n`` / ``draft_n_accepted`` when the
-request drafted).
+request drafted); one value per line or pretty-printed, and bare ``timings``
+objects (``jq .timings``: an intervals row, no requests row).
+
+**The CLI summaries** of ``llama-speculative``, ``-simple`` and ``lookup`` (``n_drafted``,
+``n_accept``, ``accept = X%``): one intervals row per run. These and bare ``timings`` have
+no time of their own: they start at ``--start``, else end at the file's modification time.
 
 **What is written** (only what is exact; docs/importers.md says what is lost):
 
@@ -89,6 +94,14 @@ NO_FINISH = "response without a finish reason"
 NO_PROMPT = "response without a prompt token count (usage, tokens_evaluated, or timings.cache_n + prompt_n)"
 MULTI_CHOICE = "response with more than one choice (its counts can't be split)"
 REPEATED = "request id already read in this import"
+STATS_UNDIFFERENCED = ("statistics line of a block without a draft acceptance line, with no earlier statistics "
+                       "line of its slot and drafter to difference (its counters run from the server's start)")
+STATS_UNUSED = ("statistics line that gives no request's counts (no earlier line of its slot and drafter to "
+                "difference, or its request was not imported): kept as the baseline of the next")
+STATS_CONTRADICT = "statistics lines whose per-request difference contradicts the request's draft acceptance line"
+CLI_NOTHING_DRAFTED = "llama-speculative / lookup summary with n_drafted = 0 (nothing drafted)"
+CLI_INCOMPLETE = "llama-speculative / lookup summary without n_drafted or n_accept before its accept line"
+JSON_UNFINISHED = "pretty-printed JSON that never closes (or is longer than 10,000 lines)"
 
 LAYOUTS = ("`draft acceptance rate = R (A accepted / G generated)` on a bare line after the "
            "`slot print_timing: id S | task T |` block (2025-04 to 2026-05)",
@@ -97,7 +110,9 @@ LAYOUTS = ("`draft acceptance rate = R (A accepted / G generated)` on a bare lin
            "… `, mean acceptance length = M, acceptance rate per position = (r1, …)` (2026-06, PR #24536)",
            "… `, mean len = M`, rates per position on an `acc per pos = (…)` line at trace verbosity (current)",
            "a JSON response or stream `data:` line with a `timings` object (`draft_n`, `draft_n_accepted` "
-           "from 2025-03, PR #12603)")
+           "from 2025-03, PR #12603), one per line or pretty-printed, or a bare `timings` object (`jq .timings`)",
+           "the `n_draft` / `n_predict` / `n_drafted` / `n_accept` / `accept = P%` summary of `llama-speculative`, "
+           "`llama-speculative-simple` and `llama-lookup` (2023-08 on)")
 
 MEAN_DEFINITION = "1 + accepted / verification steps, as llama.cpp prints it (2 decimals)"
 
@@ -109,7 +124,15 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _ISO = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 _LLAMA_TIME = re.compile(r"(?<![\d.])\d+\.\d{2}\.\d{3}\.\d{3}(?: [IWEDT])?(?= |$)")  # M.SS.mmm.uuu and level
 _SLOT = re.compile(r"slot print_timing: id\s+(\d+) \| task (-?\d+) \|")
-_LABEL = re.compile(r"prompt eval time =|eval time =|total time =|draft acceptance|acc per pos =")
+_LABEL = re.compile(r"prompt eval time =|eval time =|total time =|draft acceptance|acc per pos =|statistics\s+\S+:"
+                    r" #calls|slot update_slots: id\s+\d+ \| task -?\d+ \| accepted")
+# common_speculative_print_stats: one line per drafter of the slot, counters since the server's start
+_STATS = re.compile(r"statistics\s+(\S+): #calls\(b,g,a\) =\s*(\d+)\s+(\d+)\s+(\d+), #gen drafts =\s*(\d+), "
+                    r"#acc drafts =\s*(\d+), #gen tokens =\s*(\d+), #acc tokens =\s*(\d+)")
+# SLT_DBG in update_slots after each verification (-lv 4 / --verbose)
+_ROUND = re.compile(r"slot update_slots: id\s+(\d+) \| task (-?\d+) \| accepted\s+(\d+)/\s*(\d+) draft tokens, "
+                    r"new n_tokens = (\d+)")
+_SEPARATOR = re.compile(r"(?:^|(?<=\s))\|(?=\s|$)")    # a log viewer's or docker compose's column bar
 _NOT_SERVER = ("llama_perf_", "llama_print_timings")   # llama-cli / llama-bench's own timing lines
 _N = r"(-?\d+(?:\.\d+)?|-?nan|-?inf)"
 _PROMPT = re.compile(r"prompt eval time =\s*" + _N + r" ms /\s*(\d+) tokens")
@@ -118,6 +141,12 @@ _TOTAL = re.compile(r"total time =\s*" + _N + r" ms /\s*(\d+) tokens")
 _DRAFT = re.compile(r"draft acceptance( rate)? =\s*" + _N + r" \(\s*(\d+) accepted /\s*(\d+) generated\)")
 _MEAN = re.compile(r", mean (acceptance length|len) =\s*" + _N)
 _RATES = re.compile(r"(?:acceptance rate per position|acc per pos) = \(([^)]*)\)")
+# the summary llama-speculative / -simple / lookup print at exit (LOG_INF / fprintf, no time on the lines)
+_CLI_COUNT = re.compile(r"(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(\d+)")
+_CLI_ACCEPT = re.compile(r"accept\s*=\s*(-?\d+(?:\.\d+)?|-?nan|-?inf)%")
+_CLI_SECONDS = re.compile(r"(encoded|decoded|generated)\s+(\d+) tokens in\s+(\d+(?:\.\d+)?) seconds, speed:")
+_CLI_OTHER = re.compile(r"t_draft\s*=")          # lookup's drafting time, between n_drafted and n_accept
+JSON_LINES_MAX = 10_000
 
 
 def round_half_up(x: float) -> int:
@@ -211,9 +240,20 @@ def _shipper_time(prefix: str) -> tuple[int | None, str | None]:
 
 
 def _process(prefix: str) -> str:
-    """The process prefix of a line: the text before llama.cpp's, without times and colours."""
-    key = _LLAMA_TIME.sub("", _ISO.sub("", prefix))
+    """The process prefix of a line: the text before llama.cpp's, without times, colours and a log
+    viewer's `|` column separators."""
+    key = _SEPARATOR.sub(" ", _LLAMA_TIME.sub("", _ISO.sub("", prefix)))
     return re.sub(r"\s+", " ", key).strip()
+
+
+def _relative_time(prefix: str) -> int | None:
+    """llama.cpp's own log time (``M.SS.mmm.uuu``, from the server's start) in the text before the
+    message, in µs."""
+    m = _LLAMA_TIME.search(prefix)
+    if m is None:
+        return None
+    minutes, seconds, ms, us = (int(x) for x in m.group(0).split(" ")[0].split("."))
+    return ((minutes * 60 + seconds) * 1000 + ms) * 1000 + us
 
 
 @dataclass
@@ -224,6 +264,7 @@ class _Block:
     task: int | None = None
     process: str = ""
     time: int | None = None          # the latest shipper time among its lines
+    relative: int | None = None      # the latest llama.cpp relative time among its lines
     problem: str | None = None       # BAD_DATE on one of its lines
     prompt_ms: float | None = None
     eval_ms: float | None = None
@@ -251,18 +292,28 @@ class _Response:
 
 
 class _Import:
-    def __init__(self, files: Sequence[str | Path], out: str | Path, deployment_id: str, overrides: Overrides):
+    def __init__(self, files: Sequence[str | Path], out: str | Path, deployment_id: str, overrides: Overrides,
+                 start: str | None = None):
         self.files = [Path(p) for p in files]
+        self.start = parse_time(start) if start is not None else None
+        if start is not None and self.start is None:
+            raise ImportInputError(f"--start: expected an ISO-8601 time (UTC without a zone) or epoch seconds, "
+                                   f"found {start!r}")
         self.deployment_id = deployment_id
         self.overrides = overrides
         self.writer = TraceWriter(Path(out), SOURCE, self.files, options=f"deployment={deployment_id} {overrides}")
         self.writer.check_layout(("requests", "rounds", "intervals", "import_notes"))
         self.summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({
             OTHER_LINE, NOT_PARSED, CONTRADICTS, NO_DRAFT_LINE, NO_CLOCK, BAD_DATE, JSON_BROKEN, NO_TIMINGS,
+            STATS_UNDIFFERENCED, STATS_CONTRADICT, STATS_UNUSED,
             TIMINGS_INCOMPLETE, RESP_NO_TIME, NO_FINISH, NO_PROMPT, MULTI_CHOICE, REPEATED, PARTIAL}))
         self.where: dict[str, list[str]] = {}      # skip reason → first places
         self.intervals: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS}
         self.draft_kinds: list[str] = []           # per intervals row: exact_drafts, approximate, unknown_drafts
+        self.rates_of: list[list[float]] = []      # per intervals row: the printed rates per position
+        self.rounds: dict[str, list] = {}          # request id → [time, [(drafted, accepted, new n_tokens)]]
+        self.anchors: list[tuple[str, int, str]] = []   # per file with relative times: file, anchor µs, how
+        self.untimed_anchors: list[tuple[str, str, str, int]] = []   # per file: file, time, how, rows
         self.responses: list[_Response] = []
         self.layouts: Counter = Counter()
         self.counts: Counter = Counter()
@@ -297,17 +348,36 @@ class _Import:
         self.headers: dict[str, tuple[int, int, int | None]] = {}   # process → slot, task, time of its header
         self.done: dict[tuple, int] = {}            # (process, slot, task) → index of its intervals row
         self.finish_reasons: dict[str, str] = {}    # stream id → the finish_reason of an earlier chunk
+        self.relative_rows: list[int] = []          # intervals rows whose times are relative (µs from start)
+        self.relative_rounds: list[str] = []        # requests of rounds whose time is relative
+        self.last_relative: int | None = None       # the file's last llama.cpp relative time
+        self.last_done: dict[str, tuple[tuple, int | None]] = {}   # process → its last request, intervals row
+        self.counters: dict[tuple, tuple[int, int, int, int]] = {}  # (process, slot, drafter) → b, a, gen, acc
+        self.stat_sums: dict[tuple, list[int]] = {}  # request → Σ Δ(steps, gen tokens, acc tokens)
+        self.open_stats: dict[tuple, tuple] = {}    # request without a draft line → its block
+        self.stats_rows: dict[tuple, int] = {}      # such a request → its intervals row
+        self.untimed: list[list] = []               # [intervals row, seconds or None]: rows with no time of their own
+        self.cli: dict | None = None                # the CLI summary being read: its place and counts
+        self.cli_seconds: list[float] = []          # encoded/decoded/generated seconds not yet given to a summary
+        self.cli_waiting: list | None = None        # the last summary, while it may take a `decoded` line after it
+        self.json_lines: list[str] = []             # the lines of a pretty-printed JSON value so far
+        self.json_start: tuple[Where, str] | None = None
         with fh:
             for number, raw in enumerate(fh, start=1):
                 line = _ANSI.sub("", raw.rstrip("\r\n"))
                 place = f"{path}:{number}"
                 text = line.strip()
-                if text.startswith("{") or text.startswith("data:"):
+                if self.json_start is not None:
+                    self.json_more(text, place)
+                elif text.startswith(("{", "data:", "[{")) or text == "[":   # not `[53409] slot …` (llama-swap)
                     self.json_line(text, Where(path, number), place)
-                else:
+                elif not self.cli_line(text, place):
                     self.log_line(line, place)
+        if self.json_start is not None:
+            self.skip(JSON_UNFINISHED, self.json_start[1])
         for block in self.blocks.values():
             self.skip(NO_DRAFT_LINE, block.place)
+        self.anchor(path)
         if not self.rows_in_file:
             looked = (f"the first line that looks like llama.cpp timing output but did not import is "
                       f"{self.first_problem[1]} ({self.first_problem[2]})" if self.first_problem else
@@ -322,13 +392,22 @@ class _Import:
     def log_line(self, line: str, place: str) -> None:
         label = _LABEL.search(line)
         slot = _SLOT.search(line)
+        relative = _relative_time(line[:label.start()] if label else line[:slot.start()] if slot else line)
+        if relative is not None:
+            self.last_relative = relative
         if label is None or any(marker in line for marker in _NOT_SERVER):
             if slot is not None and not line[slot.end():].strip():
                 process = _process(line[:slot.start()])
                 time, _ = _shipper_time(line[:slot.start()])
-                self.headers[process] = (int(slot.group(1)), int(slot.group(2)), time)
+                self.headers[process] = (int(slot.group(1)), int(slot.group(2)), time, relative)
             else:
                 self.summary.skip(OTHER_LINE)
+            return
+        if label.group(0).startswith("statistics"):
+            self.stats_line(line, label.start(), relative, place)
+            return
+        if label.group(0).startswith("slot update_slots"):
+            self.round_line(line, label.start(), relative, place)
             return
         prefixed = slot is not None and slot.end() <= label.start()
         prefix = line[:slot.start()] if prefixed else line[:label.start()]
@@ -345,12 +424,13 @@ class _Import:
             header = self.headers.pop(process, None)
             ids = header[:2] if header else (None, None)
             time = time if time is not None else (header[2] if header else None)
+            relative = relative if relative is not None else (header[3] if header else None)
         name = label.group(0)
         if name == "acc per pos =":
             self.rates_line(body, (process, *ids), place)
             return
         if name == "draft acceptance":
-            self.draft_line(body, key, ids, process, time, problem, place)
+            self.draft_line(body, key, ids, process, time, relative, problem, place)
             return
         pattern = {"prompt eval time =": _PROMPT, "eval time =": _EVAL, "total time =": _TOTAL}[name]
         m = pattern.search(body)
@@ -358,6 +438,7 @@ class _Import:
             self.skip(NOT_PARSED, place)
             return
         field_name = {"prompt eval time =": "prompt_ms", "eval time =": "eval_ms", "total time =": "total_ms"}[name]
+        self.last_done.pop(process, None)
         block = self.blocks.get(key)
         if block is not None and (field_name in block.seen or name == "prompt eval time ="):
             self.skip(NO_DRAFT_LINE, block.place)    # the previous request ended without a draft line
@@ -367,21 +448,24 @@ class _Import:
         block.seen.add(field_name)
         setattr(block, field_name, _float(m.group(1)))
         block.time = time if time is not None else block.time
+        block.relative = relative if relative is not None else block.relative
         block.problem = problem or block.problem
 
-    def draft_line(self, body: str, key: tuple, ids: tuple, process: str, time: int | None, problem: str | None,
-                   place: str) -> None:
+    def draft_line(self, body: str, key: tuple, ids: tuple, process: str, time: int | None, relative: int | None,
+                   problem: str | None, place: str) -> None:
         numbers = parse_draft(body)
+        self.last_done.pop(process, None)
         if numbers is None:
             self.skip(NOT_PARSED, place)
             return
         block = self.blocks.pop(key, None) or _Block(place, *ids, process=process)
         time = time if time is not None else block.time
+        relative = relative if relative is not None else block.relative
         problem = problem or block.problem
         if not consistent(numbers):
             self.skip(CONTRADICTS, place)
             return
-        if time is None:
+        if time is None and relative is None:
             self.skip(problem or NO_CLOCK, place)
             return
         self.layouts[numbers["layout"]] += 1
@@ -389,13 +473,242 @@ class _Import:
             block.prompt_ms + block.eval_ms if block.prompt_ms is not None and block.eval_ms is not None else None)
         n, exact = drafts_from(numbers["accepted"], numbers["drafted"], numbers["mean"], numbers["rates"])
         self.counts["no_start"] += duration is None
-        series = (f"{process} slot {block.slot} task {block.task}".strip() if block.slot is not None
-                  else f"{process} {place.rsplit('/', 1)[-1]}".strip())
-        self.add_interval(series=series, start=time - ms_us(duration) if duration is not None else None, end=time,
+        end = time if time is not None else relative
+        self.add_interval(series=self.series(process, block, place),
+                          start=end - ms_us(duration) if duration is not None else None, end=end,
                           drafts=n, exact=exact, drafted=numbers["drafted"], accepted=numbers["accepted"],
                           rates=numbers["rates"], source=LOG_SOURCE, mean=numbers["mean"])
+        index = len(self.intervals["end_time"]) - 1
+        if time is None:
+            self.relative_rows.append(index)
         if block.slot is not None:
-            self.done[(process, block.slot, block.task)] = len(self.intervals["end_time"]) - 1
+            self.done[(process, block.slot, block.task)] = index
+        self.last_done[process] = ((process, block.slot, block.task, place), index)
+
+    @staticmethod
+    def series(process: str, block: _Block, place: str) -> str:
+        return (f"{process} slot {block.slot} task {block.task}".strip() if block.slot is not None
+                else f"{process} {place.rsplit('/', 1)[-1]}".strip())
+
+    def stats_line(self, line: str, at: int, relative: int | None, place: str) -> None:
+        """``statistics <drafter>: #calls(b,g,a) = …`` after a request's print_timing block: the slot's
+        cumulative counters per drafter. The difference from the slot's previous line of the same drafter
+        (or the counters themselves on the slot's first request, b = 1) is this request's: accept calls
+        (a) are its verification steps, #gen tokens its drafted and #acc tokens its accepted tokens."""
+        m = _STATS.match(line, at)
+        if m is None:
+            self.skip(NOT_PARSED, place)
+            return
+        prefix = line[:at]
+        process = _process(prefix)
+        drafter = m.group(1)
+        begins, _, accepts, _, _, gen_tokens, acc_tokens = (int(x) for x in m.groups()[1:])
+        open_key = next((k for k in reversed(list(self.blocks)) if self.blocks[k].process == process), None)
+        if open_key is not None:       # a block that printed no draft acceptance line
+            block = self.blocks.pop(open_key)
+            request, index = (process, block.slot, block.task, block.place), None
+            self.last_done[process] = (request, None)
+            self.open_stats[request] = (block, relative, place)
+        elif process in self.last_done:
+            request, index = self.last_done[process]
+        else:
+            self.summary.skip(STATS_UNUSED)
+            return
+        slot_key = (process, request[1], drafter)
+        previous = self.counters.get(slot_key)
+        self.counters[slot_key] = (begins, accepts, gen_tokens, acc_tokens)
+        if previous is not None and begins >= previous[0] and accepts >= previous[1]:
+            delta = (accepts - previous[1], gen_tokens - previous[2], acc_tokens - previous[3])
+        elif begins == 1:
+            delta = (accepts, gen_tokens, acc_tokens)
+        else:
+            delta = None
+        sums = self.stat_sums.setdefault(request, [0, 0, 0])
+        if delta is None or sums[0] < 0:
+            sums[0] = -1                       # one drafter's share unknown: the request's sums are too
+        else:
+            sums[:] = [x + d for x, d in zip(sums, delta)]
+        if index is None:
+            self.stats_interval(request, sums, place, time=_shipper_time(prefix)[0], relative=relative)
+            return
+        cols = self.intervals
+        if sums[0] < 0:
+            self.summary.skip(STATS_UNUSED)
+            return
+        if (sums[1], sums[2]) == (cols["num_draft_tokens"][index], cols["num_accepted_tokens"][index]):
+            self.set_drafts(index, sums[0], "from_statistics")
+            self.stat_sums[request] = [-2, 0, 0]   # settled: later drafters of the request add nothing
+        elif sums[1] > cols["num_draft_tokens"][index]:
+            self.skip(STATS_CONTRADICT, place)
+            sums[0] = -1
+
+    def set_drafts(self, index: int, steps: int, kind: str) -> None:
+        cols = self.intervals
+        rates = self.rates_of[index]
+        cols["num_drafts"][index] = steps
+        cols["accepted_per_position"][index] = [round_half_up(r * steps) for r in rates] if rates and steps else None
+        self.draft_kinds[index] = kind
+
+    def stats_interval(self, request: tuple, sums: list[int], place: str, time: int | None,
+                       relative: int | None) -> None:
+        """The intervals row of a block whose only speculative output is its statistics lines, written
+        (or rewritten) with the sums so far."""
+        block, first_relative, _ = self.open_stats[request]
+        time = time if time is not None else block.time
+        relative = relative if relative is not None else block.relative
+        if sums[0] < 0:
+            self.skip(STATS_UNDIFFERENCED, place)
+            return
+        if sums[1] <= 0 or (time is None and relative is None):
+            if sums[1] > 0:
+                self.skip(NO_CLOCK, place)
+            return
+        existing = self.stats_rows.get(request)
+        cols = self.intervals
+        if existing is not None:
+            cols["num_drafts"][existing] = sums[0]
+            cols["num_draft_tokens"][existing] = sums[1]
+            cols["num_accepted_tokens"][existing] = sums[2]
+            return
+        duration = block.total_ms if block.total_ms is not None else (
+            block.prompt_ms + block.eval_ms if block.prompt_ms is not None and block.eval_ms is not None else None)
+        end = time if time is not None else relative
+        self.counts["no_start"] += duration is None
+        self.layouts["statistics only"] += 1
+        self.add_interval(series=self.series(request[0], block, block.place),
+                          start=end - ms_us(duration) if duration is not None else None, end=end,
+                          drafts=sums[0], exact=True, drafted=sums[1], accepted=sums[2], rates=[],
+                          source=LOG_SOURCE, mean=None)
+        index = len(cols["end_time"]) - 1
+        self.draft_kinds[index] = "from_statistics"
+        self.stats_rows[request] = index
+        if time is None:
+            self.relative_rows.append(index)
+
+    def round_line(self, line: str, at: int, relative: int | None, place: str) -> None:
+        """``slot update_slots: id S | task T | accepted A/D draft tokens, new n_tokens = N`` (debug
+        verbosity): one verification round of request ``slot S task T``, in the order printed."""
+        m = _ROUND.match(line, at)
+        if m is None:
+            self.skip(NOT_PARSED, place)
+            return
+        prefix = line[:at]
+        slot, task, accepted, drafted, n_tokens = (int(x) for x in m.groups())
+        if accepted > drafted:
+            self.skip(CONTRADICTS, place)
+            return
+        process = _process(prefix)
+        request = f"{process} slot {slot} task {task}".strip()
+        time = _shipper_time(prefix)[0]
+        entry = self.rounds.get(request)
+        if entry is None:
+            entry = self.rounds[request] = [time if time is not None else relative, []]
+            if time is None and relative is not None:
+                self.relative_rounds.append(request)
+        entry[1].append((drafted, accepted, n_tokens))
+        self.rows_in_file += 1
+
+    def anchor(self, path: Path) -> None:
+        """Relative times of this file → absolute: --start, else the file's modification time minus its
+        last relative time (the log's last line was written when the file was last modified)."""
+        self.anchor_untimed(path)
+        if not self.relative_rows and not self.relative_rounds:
+            return
+        if self.start is not None:
+            anchor, how = self.start, "--start"
+        else:
+            try:
+                modified = int(round(path.stat().st_mtime * 1_000_000))
+            except OSError:
+                modified = None
+            if modified is None:
+                raise ImportInputError(f"{path}: llama.cpp's relative log times need --start TIME")
+            anchor, how = modified - (self.last_relative or 0), "estimated"
+        for index in self.relative_rows:
+            for column in ("start_time", "end_time"):
+                if self.intervals[column][index] is not None:
+                    self.intervals[column][index] += anchor
+        for request in self.relative_rounds:
+            self.rounds[request][0] += anchor
+        self.anchors.append((str(path), anchor, how))
+
+    def modified(self, path: Path) -> int:
+        try:
+            return int(round(path.stat().st_mtime * 1_000_000))
+        except OSError:
+            raise ImportInputError(f"{path}: llama.cpp's relative log times need --start TIME") from None
+
+    def anchor_untimed(self, path: Path) -> None:
+        """Rows with no time at all (a CLI summary, a bare `timings` object): from --start for their
+        duration, else ending at the file's modification time (the run ended when its output was saved)."""
+        if not self.untimed:
+            return
+        cols = self.intervals
+        end_at = None if self.start is not None else self.modified(path)
+        for index, seconds in self.untimed:
+            duration = ms_us(seconds * 1000) if seconds is not None else None
+            if end_at is None:
+                start, end = self.start, self.start + (duration or 0)
+            else:
+                start, end = (end_at - duration if duration is not None else None), end_at
+            cols["start_time"][index], cols["end_time"][index] = (start if duration is not None else None), end
+            self.counts["no_start"] += duration is None
+        when = self.start if end_at is None else end_at
+        self.untimed_anchors.append((str(path), dt.datetime.fromtimestamp(when / 1e6, dt.timezone.utc).isoformat(),
+                                     "--start" if end_at is None else "estimated", len(self.untimed)))
+
+    # -- llama-speculative / lookup summaries
+
+    def cli_line(self, text: str, place: str) -> bool:
+        """One line of the summary llama-speculative, -simple and lookup print at exit; True when it is one.
+        The counts are the run's totals; its time is the `encoded`/`decoded` (2024 on) or `generated`
+        (2023) lines printed before the counts, or the `decoded` line printed after them (2023-09)."""
+        seconds = _CLI_SECONDS.match(text)
+        if seconds is not None:
+            kind, value = seconds.group(1), float(seconds.group(3))
+            if self.cli_waiting is not None and kind != "encoded" and not self.cli_seconds:
+                self.cli_waiting[1] = value       # printed after the summary it belongs to
+                self.cli_waiting = None
+            else:
+                self.cli_waiting = None
+                self.cli_seconds.append(value)
+            self.summary.skip(OTHER_LINE)
+            return True
+        count = _CLI_COUNT.fullmatch(text)
+        if count is not None:
+            name, value = count.group(1), int(count.group(2))
+            if name == "n_draft":
+                self.cli, self.cli_waiting = {"place": place}, None
+            if self.cli is None:
+                return False
+            self.cli[name] = value
+            return True
+        if self.cli is not None and _CLI_OTHER.match(text):
+            self.summary.skip(OTHER_LINE)
+            return True
+        accept = _CLI_ACCEPT.fullmatch(text)
+        if accept is None or self.cli is None:
+            return False
+        summary, self.cli = self.cli, None
+        drafted, accepted = summary.get("n_drafted"), summary.get("n_accept")
+        if drafted is None or accepted is None:
+            self.skip(CLI_INCOMPLETE, place)
+            return True
+        if drafted == 0:
+            self.skip(CLI_NOTHING_DRAFTED, place)
+            return True
+        rate = _float(accept.group(1))
+        if accepted > drafted or rate is None or abs(rate - 100 * accepted / drafted) > 0.0005 + 1e-9:
+            self.skip(CONTRADICTS, place)
+            return True
+        self.layouts["llama-speculative summary"] += 1
+        self.add_interval(series=summary["place"].rsplit("/", 1)[-1], start=None, end=0, drafts=None, exact=False,
+                          drafted=drafted, accepted=accepted, rates=[], source=LOG_SOURCE, mean=None)
+        entry = [len(self.intervals["end_time"]) - 1, sum(self.cli_seconds) if self.cli_seconds else None]
+        self.untimed.append(entry)
+        self.cli_waiting = entry if not self.cli_seconds else None
+        self.cli_seconds = []
+        return True
 
     def rates_line(self, body: str, key: tuple, place: str) -> None:
         """``acc per pos = (…)`` (trace verbosity) right after a ``mean len`` line: that request's rates,
@@ -413,6 +726,7 @@ class _Import:
         if not rates or not all(math.isfinite(r) for r in rates):
             return
         cols = self.intervals
+        self.rates_of[index] = rates
         n, exact = drafts_from(cols["num_accepted_tokens"][index], cols["num_draft_tokens"][index],
                                cols["reported_accept_length"][index], rates)
         cols["num_drafts"][index] = n
@@ -430,6 +744,7 @@ class _Import:
         for column in INTERVAL_COLUMNS:
             self.intervals[column].append(row[column])
         self.draft_kinds.append("exact_drafts" if exact else "approximate" if drafts is not None else "unknown_drafts")
+        self.rates_of.append(rates)
         self.max_positions = max(self.max_positions, len(rates))
         self.rows_in_file += 1
 
@@ -441,13 +756,65 @@ class _Import:
             self.summary.skip(OTHER_LINE)
             return
         try:
-            obj = json.loads(payload)
-        except json.JSONDecodeError:
-            self.skip(JSON_BROKEN, place, timing_like="timings" in payload)
+            value = json.loads(payload)
+        except json.JSONDecodeError as err:
+            if err.pos >= len(payload) and not text.startswith("data:"):
+                self.json_lines, self.json_start = [payload], (where, place)   # pretty-printed: read on
+            else:
+                self.skip(JSON_BROKEN, place, timing_like="timings" in payload)
             return
-        if not isinstance(obj, dict):
-            self.skip(JSON_BROKEN, place, timing_like=False)
+        self.json_value(value, where, place)
+
+    def json_more(self, text: str, place: str) -> None:
+        """The next line of a pretty-printed JSON value (`jq` output): parsed once a closing line completes it."""
+        self.json_lines.append(text)
+        where, first = self.json_start
+        if text.startswith(("}", "]")):
+            try:
+                value = json.loads("\n".join(self.json_lines))
+            except json.JSONDecodeError as err:
+                if err.pos < len("\n".join(self.json_lines)):
+                    self.json_start, self.json_lines = None, []
+                    self.skip(JSON_BROKEN, first)
+                return
+            self.json_start, self.json_lines = None, []
+            self.json_value(value, where, first)
+        elif len(self.json_lines) > JSON_LINES_MAX:
+            self.json_start, self.json_lines = None, []
+            self.skip(JSON_UNFINISHED, first)
+
+    def json_value(self, value, where: Where, place: str) -> None:
+        for obj in value if isinstance(value, list) else [value]:
+            if not isinstance(obj, dict):
+                self.skip(JSON_BROKEN, place, timing_like=False)
+            elif "timings" not in obj and "response" not in obj and {"predicted_n", "prompt_ms"} <= obj.keys():
+                self.bare_timings(obj, where, place)
+            else:
+                self.json_object(obj, where, place)
+
+    def bare_timings(self, timings: dict, where: Where, place: str) -> None:
+        """A `timings` object on its own (`jq .timings`): the request's drafted and accepted tokens and its
+        duration (prompt_ms + predicted_ms), no id, time or finish reason: an intervals row, no requests row."""
+        t = {key: get(timings, key, kind, where, f"timings.{key}") for key, kind in (
+            ("prompt_ms", "number"), ("predicted_ms", "number"), ("draft_n", "integer"),
+            ("draft_n_accepted", "integer"))}
+        if t["prompt_ms"] is None or t["predicted_ms"] is None or any(v is not None and v < 0 for v in t.values()):
+            self.skip(TIMINGS_INCOMPLETE, place)
             return
+        if not t["draft_n"]:
+            self.layouts["bare timings, no draft_n"] += 1
+            self.summary.skip(NO_DRAFT_LINE)
+            return
+        if t["draft_n_accepted"] is None or t["draft_n_accepted"] > t["draft_n"]:
+            self.skip(CONTRADICTS, place)
+            return
+        self.layouts["bare timings"] += 1
+        self.add_interval(series=place.rsplit("/", 1)[-1], start=None, end=0, drafts=None, exact=False,
+                          drafted=t["draft_n"], accepted=t["draft_n_accepted"], rates=[], source=RESPONSE_SOURCE,
+                          mean=None)
+        self.untimed.append([len(self.intervals["end_time"]) - 1, (t["prompt_ms"] + t["predicted_ms"]) / 1000])
+
+    def json_object(self, obj: dict, where: Where, place: str) -> None:
         wrapper, resp = (obj, obj["response"]) if isinstance(obj.get("response"), dict) else (None, obj)
         choices = resp.get("choices") if isinstance(resp.get("choices"), list) else []
         reason = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
@@ -548,7 +915,7 @@ class _Import:
 
     def write(self) -> ImportSummary:
         summary, dep = self.summary, self.deployment_id
-        drafted = bool(self.intervals["end_time"])
+        drafted = bool(self.intervals["end_time"]) or any(d for _, steps in self.rounds.values() for d, _, _ in steps)
         models = Counter(r.model for r in self.responses if r.model)
         row = deployment_row(dep, self.overrides, model=models.most_common(1)[0][0] if models else None,
                              speculated=drafted, num_spec_tokens=self.max_positions or None)
@@ -569,9 +936,17 @@ class _Import:
         if len(requests):
             self.writer.add("requests", requests.cols, times=requests.cols["arrival_time"],
                             drop_empty_optional=OPTIONAL_REQUEST_COLUMNS)
+        context: list[int] | None = None
+        if self.rounds and not plain:
+            context = []
+            for request, (time, steps) in self.rounds.items():
+                # new n_tokens is the KV length after the round: before it, that minus the tokens it committed
+                rounds.add(dep, request, [(d, a, a + 1) for d, a, _ in steps], None, time)
+                context.extend(n - (a + 1) for _, a, n in steps)
         if len(rounds):
-            self.writer.add("rounds", rounds.cols, times=rounds.times)
-        if drafted:
+            columns = dict(rounds.cols, **({"context_len": context} if context is not None else {}))
+            self.writer.add("rounds", columns, times=rounds.times)
+        if self.intervals["end_time"]:
             self.writer.add("intervals", self.intervals, times=self.intervals["end_time"],
                             drop_empty_optional=("reported_accept_length", "reported_accept_length_definition"))
         return finish(self.writer, summary, dep)
@@ -579,16 +954,57 @@ class _Import:
     def notes(self, plain: bool, method: str, responses: bool) -> None:
         note = lambda text: self.summary.note(text, self.deployment_id)  # noqa: E731
         plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
-        c, intervals = self.counts + Counter(self.draft_kinds), len(self.intervals["end_time"])
+        c = self.counts + Counter(self.draft_kinds) + Counter({"statistics only": self.layouts["statistics only"]})
+        summaries = self.layouts["llama-speculative summary"]
+        intervals = len(self.intervals["end_time"]) - summaries
         note("layouts read: " + ", ".join(f"{name} ({n})" for name, n in sorted(self.layouts.items())))
-        if any(s == LOG_SOURCE for s in self.intervals["source"]):
-            note("log times are the log shipper's timestamp on each line (UTC when it has no offset); llama.cpp's "
-                 "own log times count from the server's start and are not used")
+        if sum(s == LOG_SOURCE for s in self.intervals["source"]) > summaries or self.rounds:
+            note("log times are the log shipper's timestamp on each line where it has one (UTC when it has no "
+                 "offset); else llama.cpp's own log time (`M.SS.mmm.uuu`, from the server's start) plus the "
+                 "server's start time")
+        for path, anchor, how in self.anchors:
+            when = dt.datetime.fromtimestamp(anchor / 1e6, dt.timezone.utc).isoformat()
+            if how == "estimated":
+                note(f"{path}: absolute times are estimated: the server's start is taken to be the file's "
+                     f"modification time minus its last llama.cpp log time, {when}; pass --start TIME to set it")
+            else:
+                note(f"{path}: llama.cpp's log times count from --start {when}")
+        for path, when, how, n in self.untimed_anchors:
+            rows_text = plural(n, "interval")
+            if how == "--start":
+                note(f"{path}: {rows_text} without a time of their own (llama-speculative / lookup summaries, bare "
+                     f"`timings` objects) start at --start {when} and last their printed seconds (encoded + "
+                     "decoded, or generated; prompt_ms + predicted_ms)")
+            else:
+                note(f"{path}: {rows_text} without a time of their own (llama-speculative / lookup summaries, bare "
+                     f"`timings` objects): times are estimated: they end at the file's modification time {when} "
+                     "and start their printed seconds before it; pass --start TIME to set the start")
+        if summaries:
+            note(f"llama-speculative / lookup summaries ({summaries}): one intervals row each (series: the file and line of its `n_draft` line), num_draft_tokens = n_drafted, "
+                 "num_accepted_tokens = n_accept; num_drafts unknown (the summary does not print the number of "
+                 "verification steps); n_draft (the maximum draft length, or the adaptive one's last value) and "
+                 "n_predict are not used")
+        if c["from_statistics"]:
+            note(f"num_drafts from the `statistics` lines on {plural(c['from_statistics'], 'interval')}: the "
+                 "slot's cumulative accept calls (#calls a) differenced per request, summed over drafters (exact; "
+                 "checked against the request's drafted and accepted tokens where it printed a draft acceptance "
+                 "line)")
+        if c["statistics only"]:
+            note(f"{plural(c['statistics only'], 'request')} without a draft acceptance line: drafted, accepted "
+                 "and num_drafts from the `statistics` lines alone (#gen tokens, #acc tokens, #calls a, "
+                 "differenced)")
+        if self.rounds:
+            n_rounds = sum(len(steps) for _, steps in self.rounds.values())
+            note(f"{plural(n_rounds, 'round')} of {plural(len(self.rounds), 'request')} from llama.cpp's per-round "
+                 "debug lines (`accepted A/D draft tokens, new n_tokens = N`), in the order printed: request_id "
+                 "`slot S task T`, num_committed_tokens = A + 1, context_len = N − (A + 1). No requests rows (the "
+                 "debug lines carry no prompt or output totals); a round the log does not print (no draft) is "
+                 "missing")
         if intervals:
             note(f"{plural(intervals, 'request')} that drafted: one intervals row each, its own series (`slot S task "
                  "T`, or the response id), with the request's drafted and accepted tokens exactly; start_time = "
-                 "end_time − llama.cpp's total time (prompt eval + eval). No rounds: llama.cpp prints per-request "
-                 "totals, not the number of rounds or the drafts of each")
+                 "end_time − llama.cpp's total time (prompt eval + eval). These lines give no rounds: they are "
+                 "per-request totals, not the number of rounds or the drafts of each")
         if c["exact_drafts"]:
             note(f"num_drafts is exact on {plural(c['exact_drafts'], 'interval')}: the only whole number of "
                  "verification steps that the printed mean acceptance length (2 decimals) and rates per position "
@@ -633,6 +1049,7 @@ class _Import:
 
 
 def import_llamacpp_log(files: Sequence[str | Path], out: str | Path, deployment_id: str,
-                        overrides: Overrides | None = None) -> ImportSummary:
-    """Import llama.cpp server logs and/or JSON responses into TRACES ``out`` under ``deployment_id``."""
-    return _Import(files, out, deployment_id, overrides or Overrides()).run()
+                        overrides: Overrides | None = None, start: str | None = None) -> ImportSummary:
+    """Import llama.cpp server logs and/or JSON responses into TRACES ``out`` under ``deployment_id``.
+    ``start``: the absolute time llama.cpp's relative log times count from (ISO-8601)."""
+    return _Import(files, out, deployment_id, overrides or Overrides(), start=start).run()
