@@ -219,10 +219,13 @@ def json_values(text: str, path: Path, first_line: int = 1) -> Iterator[tuple[in
         try:
             return _DECODER.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            where = line_at(exc.pos)
+            if "\n" not in text[exc.pos:].rstrip():
+                # the text runs out within the value's last line: name the line it starts on
+                raise MalformedInput(path, line_at(pos), f"not valid JSON ({exc.msg} on the file's last line: "
+                                                         f"the value starting here is cut off)") from None
             column = exc.pos - (text.rfind("\n", 0, exc.pos) + 1) + 1
-            raise MalformedInput(path, where, f"not valid JSON ({exc.msg}, column {column}); a truncated "
-                                              f"line?") from None
+            raise MalformedInput(path, line_at(exc.pos), f"not valid JSON ({exc.msg}, column {column}); a "
+                                                         f"truncated line?") from None
 
     at = skip_space(at)
     while at < end:
