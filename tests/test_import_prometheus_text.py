@@ -255,6 +255,29 @@ def test_llamacpp_counters(tmp_path):
     assert rows(out, "deployments")[0]["num_speculative_tokens"] == 3
 
 
+TRTLLM = [TEXT / "trtllm_metrics-20260401T090000Z.txt", TEXT / "trtllm_metrics-20260401T090100Z.txt"]
+
+
+def test_tensorrt_llm_counters(tmp_path):
+    out = tmp_path / "t"
+    result = run("import", "prometheus", *TRTLLM, "--deployment", "trt", "--out", out)
+    assert result.exit_code == 0, result.output
+    (row,) = rows(out, "intervals")
+    assert row["series"] == "engine_type=trtllm,model_name=nemotron-nano-3"
+    assert (row["start_time"], row["end_time"]) == (t("2026-04-01T09:00:00"), t("2026-04-01T09:01:00"))
+    # draft tokens 4200 → 5400, accepted 2688 → 3420; TensorRT-LLM counts no drafts and no positions
+    assert counts(row) == (None, 1_200, 732, None)
+    # its two gauges are levels of the last iteration: recognised, skipped, one per snapshot each
+    assert "        4  TensorRT-LLM trtllm_spec_decode_acceptance_length / draft_overhead gauge" in result.stdout
+    assert rows(out, "deployments")[0]["model"] == "nemotron-nano-3"
+    # one scrape: from the counters' _created time, 2026-04-01T08:00:00Z, the values are the counts
+    result = run("import", "prometheus", TRTLLM[0], "--deployment", "trt", "--out", tmp_path / "one")
+    assert result.exit_code == 0, result.output
+    (row,) = rows(tmp_path / "one", "intervals")
+    assert (row["start_time"], row["end_time"]) == (t("2026-04-01T08:00:00"), t("2026-04-01T09:00:00"))
+    assert counts(row) == (None, 4_200, 2_688, None)
+
+
 def test_sglang_gauge_alone_is_exit_2(tmp_path):
     # SGLang exports spec decoding only as gauges: levels, no counts to make an interval of
     result = run("import", "prometheus", TEXT / "sglang_metrics-20251002T234216Z.txt", "--deployment", "sg",
