@@ -2,14 +2,14 @@
 
 Two inputs, told apart by content (a file whose first character is ``{`` is JSON):
 
-1. The JSON body of ``/api/v1/query_range`` (``resultType: matrix``).
+1. The JSON body of ``/api/v1/query_range`` (``resultType: matrix``), in any JSON form.
 2. The text exposition format: what ``curl /metrics`` returns, Prometheus text
    or OpenMetrics (``# EOF``), one snapshot per file or several concatenated.
    It is parsed with ``prometheus_client``'s own parsers. A sample's time is its
    own timestamp when it has one, else an ISO-8601 time in the file name
-   (``metrics-2026-11-28T12:00:30Z.txt``), else ``--time``; never the file's
-   modification time. Several snapshots concatenated in one file need sample
-   timestamps.
+   (``metrics-2026-11-28T12:00:30Z.txt``), else ``--time``, else the file's
+   modification time (what ``curl -o`` leaves), noted. Several snapshots
+   concatenated in one file need sample timestamps.
 
 Both become the same per-label-group sample series, and the same code makes the
 intervals. Counters read (the ``_total`` suffix is optional)::
@@ -19,7 +19,11 @@ intervals. Counters read (the ``_total`` suffix is optional)::
     vllm:spec_decode_num_accepted_tokens_total
     vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0".."k-1"}
 
-``*_created`` series are counter creation times, not counts, and are skipped.
+TensorRT-LLM's ``trtllm_spec_decode_num_draft_tokens_total`` and ``…_num_accepted_tokens_total``
+are read the same way (it counts no drafts and no positions).
+
+``*_created`` series are counter creation times, not counts: a label group with a
+single sample time makes one interval from them (the engine's start) to the scrape.
 
 Series are grouped by their labels other than ``__name__`` and ``position``
 (``model_name``, ``engine``, ``instance``, …); ``--deployment`` maps each group

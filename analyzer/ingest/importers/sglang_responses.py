@@ -2,7 +2,8 @@
 
 A line is a ``/generate`` response ``{"text", "output_ids", "meta_info": {...}}``
 (or a JSON array of them, as a batched ``/generate`` returns), an
-OpenAI-compatible response carrying ``meta_info``, or a wrapper
+OpenAI-compatible response carrying ``meta_info`` or ``sglext.spec_tokens_details``
+(the same counts, copied from meta_info by SGLang), or a wrapper
 ``{"response": {...}, "sent_at", ...}`` around either.
 
 ``meta_info`` names changed across SGLang releases; both are read:
