@@ -7,6 +7,7 @@ we wrote from the format). Every expected count carries its arithmetic in a comm
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 from pathlib import Path
 
@@ -160,17 +161,28 @@ def test_name_times():
         name_time(Path("m-2026-02-30T12:00:00Z.txt"))
 
 
-def test_no_time_at_all_is_exit_2_naming_the_file(tmp_path):
-    result = run("import", "prometheus", *QWEN, "--deployment", "q", "--out", tmp_path / "t")
-    exit_2(result, "vllm_v1_qwen36_metrics.txt: the snapshot has no time", "modification time is never used")
-    assert no_files(tmp_path / "t")
+def test_no_time_at_all_takes_the_files_modification_time(tmp_path):
+    # the real scrape of vllm PR #41916 as `curl -o` would have saved it at 10:00:00Z
+    first = tmp_path / "metrics.txt"
+    shutil.copy(QWEN[0], first)
+    saved = t("2026-05-07T10:00:00").timestamp()
+    os.utime(first, (saved, saved))
+    out = tmp_path / "t"
+    result = run("import", "prometheus", first, QWEN[1], "--deployment", "q", "--out", out)
+    assert result.exit_code == 0, result.output
+    (row,) = rows(out, "intervals")
+    assert (row["start_time"], row["end_time"]) == (t("2026-05-07T10:00:00"), t("2026-05-07T10:15:00"))
+    # 6.491797e6 → 6.503797e6 drafts and draft tokens, 5.193438e6 → 5.203038e6 accepted and position 0
+    assert counts(row) == (12_000, 12_000, 9_600, [9_600])
+    assert "dated by the file's modification time, 2026-05-07T10:00:00Z" in result.stdout
+    assert "`curl -o`" in result.stdout
     # --time dates one snapshot, not two
     other = tmp_path / "copy.txt"
     shutil.copy(QWEN[1], other)
     with pytest.raises(ImportInputError, match="--time dates one snapshot, but 2 files"):
-        import_prometheus([QWEN[0], other], tmp_path / "t", "q", time="2026-05-07T10:00:00Z")
+        import_prometheus([QWEN[0], other], tmp_path / "t2", "q", time="2026-05-07T10:00:00Z")
     with pytest.raises(ImportInputError, match="--time 'yesterday': expected an ISO-8601 time"):
-        import_prometheus(QWEN, tmp_path / "t", "q", time="yesterday")
+        import_prometheus(QWEN, tmp_path / "t2", "q", time="yesterday")
 
 
 def test_concatenated_snapshots_without_timestamps_are_exit_2(tmp_path):
@@ -186,9 +198,33 @@ def test_concatenated_snapshots_without_timestamps_are_exit_2(tmp_path):
     exit_2(result, "several snapshots in one file without sample timestamps", "after a # EOF")
 
 
-def test_one_snapshot_is_exit_2(tmp_path):
-    result = run("import", "prometheus", QWEN[1], "--deployment", "q", "--out", tmp_path / "t")
-    exit_2(result, "nothing to import", "an interval is the difference of two snapshots")
+def test_one_scrape_is_one_interval_from_the_counters_created_time(tmp_path):
+    # vllm:spec_decode_num_draft_tokens_created / num_accepted_tokens_created 1.7769243940322702e+09
+    # (vllm PR #41916): counting from 0 since 2026-04-23T06:06:34.032270Z, to the scrape named 10:15:00Z
+    out = tmp_path / "t"
+    result = run("import", "prometheus", QWEN[1], "--deployment", "q", "--out", out)
+    assert result.exit_code == 0, result.output
+    (row,) = rows(out, "intervals")
+    assert (row["start_time"], row["end_time"]) == (t("2026-04-23T06:06:34.032270"), t("2026-05-07T10:15:00"))
+    # the counters' values are the counts: 6.503797e6 drafts = draft tokens, 5.203038e6 accepted = position 0
+    assert counts(row) == (6_503_797, 6_503_797, 5_203_038, [5_203_038])
+    assert "one scrape, so one interval from its counters' `_created` time (2026-04-23T06:06:34Z" in result.stdout
+    # the real scrape alone, dated by its modification time (as `curl -o` leaves it)
+    alone = tmp_path / "metrics.txt"
+    shutil.copy(QWEN[0], alone)
+    saved = t("2026-05-07T10:00:00").timestamp()
+    os.utime(alone, (saved, saved))
+    result = run("import", "prometheus", alone, "--deployment", "q", "--out", tmp_path / "t2")
+    assert result.exit_code == 0, result.output
+    (row,) = rows(tmp_path / "t2", "intervals")
+    assert (row["start_time"], row["end_time"]) == (t("2026-04-23T06:06:34.032270"), t("2026-05-07T10:00:00"))
+    assert counts(row) == (6_491_797, 6_491_797, 5_193_438, [5_193_438])
+
+
+def test_one_scrape_without_created_is_exit_2(tmp_path):
+    # llama.cpp writes no `_created` samples: one scrape has no start
+    result = run("import", "prometheus", LLAMACPP[0], "--deployment", "lc", "--out", tmp_path / "t")
+    exit_2(result, "nothing to import", "no `_created` time", "difference of two snapshots")
     assert no_files(tmp_path / "t")
 
 
@@ -217,6 +253,29 @@ def test_llamacpp_counters(tmp_path):
     # drafts 200 → 260, draft tokens 590 → 770, accepted 410 → 520, positions [180, 140, 90] → [230, 175, 115]
     assert counts(row) == (60, 180, 110, [50, 35, 25])
     assert rows(out, "deployments")[0]["num_speculative_tokens"] == 3
+
+
+TRTLLM = [TEXT / "trtllm_metrics-20260401T090000Z.txt", TEXT / "trtllm_metrics-20260401T090100Z.txt"]
+
+
+def test_tensorrt_llm_counters(tmp_path):
+    out = tmp_path / "t"
+    result = run("import", "prometheus", *TRTLLM, "--deployment", "trt", "--out", out)
+    assert result.exit_code == 0, result.output
+    (row,) = rows(out, "intervals")
+    assert row["series"] == "engine_type=trtllm,model_name=nemotron-nano-3"
+    assert (row["start_time"], row["end_time"]) == (t("2026-04-01T09:00:00"), t("2026-04-01T09:01:00"))
+    # draft tokens 4200 → 5400, accepted 2688 → 3420; TensorRT-LLM counts no drafts and no positions
+    assert counts(row) == (None, 1_200, 732, None)
+    # its two gauges are levels of the last iteration: recognised, skipped, one per snapshot each
+    assert "        4  TensorRT-LLM trtllm_spec_decode_acceptance_length / draft_overhead gauge" in result.stdout
+    assert rows(out, "deployments")[0]["model"] == "nemotron-nano-3"
+    # one scrape: from the counters' _created time, 2026-04-01T08:00:00Z, the values are the counts
+    result = run("import", "prometheus", TRTLLM[0], "--deployment", "trt", "--out", tmp_path / "one")
+    assert result.exit_code == 0, result.output
+    (row,) = rows(tmp_path / "one", "intervals")
+    assert (row["start_time"], row["end_time"]) == (t("2026-04-01T08:00:00"), t("2026-04-01T09:00:00"))
+    assert counts(row) == (None, 4_200, 2_688, None)
 
 
 def test_sglang_gauge_alone_is_exit_2(tmp_path):

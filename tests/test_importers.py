@@ -677,7 +677,7 @@ def test_prometheus_not_a_matrix_is_exit_2_naming_file_and_line(tmp_path):
     bad = tmp_path / "cut.json"
     bad.write_text((FIXTURES / "prometheus_range.json").read_text()[:200])
     result = run("import", "prometheus", bad, "--deployment", "p", "--out", tmp_path / "t")
-    assert_one_line_exit_2(result, "cut.json:", "not JSON")
+    assert_one_line_exit_2(result, "cut.json:1:", "not valid JSON", "cut off")
     assert not (tmp_path / "t").exists() or not any((tmp_path / "t").rglob("*.parquet"))
 
 

@@ -191,6 +191,88 @@ def open_input(path: Path, binary: bool = False):
         raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
 
 
+_SSE_DATA = re.compile(rb"^data:", re.MULTILINE)
+_DECODER = json.JSONDecoder()
+
+
+def json_values(text: str, path: Path, first_line: int = 1) -> Iterator[tuple[int, object]]:
+    """(line number, value) of every JSON value in ``text``, in every form a user saves them in:
+    one per line (JSONL), one object per file, pretty-printed (``jq .``), several documents back to
+    back (``jq`` without ``-c``), or an array of them (each element is one value, on its own line).
+
+    Text that is not JSON is malformed, named by the line and column where parsing stopped."""
+    line, at, end = first_line, 0, len(text)
+    counted = 0                 # text[:counted] has been counted into ``line``
+
+    def line_at(pos: int) -> int:
+        nonlocal line, counted
+        line += text.count("\n", counted, pos)
+        counted = pos
+        return line
+
+    def skip_space(pos: int) -> int:
+        while pos < end and text[pos] in " \t\r\n\ufeff":
+            pos += 1
+        return pos
+
+    def decode(pos: int):
+        try:
+            return _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            if "\n" not in text[exc.pos:].rstrip():
+                # the text runs out within the value's last line: name the line it starts on
+                raise MalformedInput(path, line_at(pos), f"not valid JSON ({exc.msg} on the file's last line: "
+                                                         f"the value starting here is cut off)") from None
+            column = exc.pos - (text.rfind("\n", 0, exc.pos) + 1) + 1
+            raise MalformedInput(path, line_at(exc.pos), f"not valid JSON ({exc.msg}, column {column}); a "
+                                                         f"truncated line?") from None
+
+    at = skip_space(at)
+    while at < end:
+        if text[at] == "[":
+            # an array of records: each element is a value of its own, with its own line
+            at = skip_space(at + 1)
+            if at < end and text[at] == "]":
+                at = skip_space(at + 1)
+                continue
+            while True:
+                start = at
+                value, at = decode(at)
+                yield line_at(start), value
+                at = skip_space(at)
+                if at < end and text[at] == ",":
+                    at = skip_space(at + 1)
+                    continue
+                if at < end and text[at] == "]":
+                    at = skip_space(at + 1)
+                    break
+                raise MalformedInput(path, line_at(min(at, end)), "not valid JSON (an array not closed by "
+                                                                  "']'); a truncated file?")
+            continue
+        start = at
+        value, at = decode(at)
+        yield line_at(start), value
+        at = skip_space(at)
+
+
+def read_json_values(path: Path, sse: bool = False) -> Iterator[tuple[int, object]]:
+    """(line number, value) of every JSON value of a file, whatever its form (``json_values``).
+
+    With ``sse``, a file with server-sent-event ``data:`` lines is read line by line
+    (``read_jsonl``)."""
+    with open_input(path, binary=True) as fh:
+        raw = fh.read()
+    if sse and _SSE_DATA.search(raw):
+        yield from read_jsonl(path, sse=True)
+        return
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedInput(path, raw.count(b"\n", 0, exc.start) + 1, "not valid JSON (not UTF-8 text)") \
+            from None
+    yield from json_values(text, path)
+
+
 def read_jsonl(path: Path, sse: bool = False) -> Iterator[tuple[int, object]]:
     """(line number, parsed value) for every non-blank line; a line that isn't JSON is malformed.
 

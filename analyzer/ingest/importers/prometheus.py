@@ -2,14 +2,14 @@
 
 Two inputs, told apart by content (a file whose first character is ``{`` is JSON):
 
-1. The JSON body of ``/api/v1/query_range`` (``resultType: matrix``).
+1. The JSON body of ``/api/v1/query_range`` (``resultType: matrix``), in any JSON form.
 2. The text exposition format: what ``curl /metrics`` returns, Prometheus text
    or OpenMetrics (``# EOF``), one snapshot per file or several concatenated.
    It is parsed with ``prometheus_client``'s own parsers. A sample's time is its
    own timestamp when it has one, else an ISO-8601 time in the file name
-   (``metrics-2026-11-28T12:00:30Z.txt``), else ``--time``; never the file's
-   modification time. Several snapshots concatenated in one file need sample
-   timestamps.
+   (``metrics-2026-11-28T12:00:30Z.txt``), else ``--time``, else the file's
+   modification time (what ``curl -o`` leaves), noted. Several snapshots
+   concatenated in one file need sample timestamps.
 
 Both become the same per-label-group sample series, and the same code makes the
 intervals. Counters read (the ``_total`` suffix is optional)::
@@ -19,7 +19,11 @@ intervals. Counters read (the ``_total`` suffix is optional)::
     vllm:spec_decode_num_accepted_tokens_total
     vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0".."k-1"}
 
-``*_created`` series are counter creation times, not counts, and are skipped.
+TensorRT-LLM's ``trtllm_spec_decode_num_draft_tokens_total`` and ``…_num_accepted_tokens_total``
+are read the same way (it counts no drafts and no positions).
+
+``*_created`` series are counter creation times, not counts: a label group with a
+single sample time makes one interval from them (the engine's start) to the scrape.
 
 Series are grouped by their labels other than ``__name__`` and ``position``
 (``model_name``, ``engine``, ``instance``, …); ``--deployment`` maps each group
@@ -59,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .common import (ImportConflict, ImportInputError, ImportSummary, MalformedInput, Overrides, TraceWriter,
-                     datetime_us, deployment_row, epoch_us, finish, parse_time)
+                     datetime_us, deployment_row, epoch_us, finish, json_values, parse_time)
 from .vllm_log import INTERVAL_COLUMNS
 
 SOURCE = "prometheus"
@@ -76,12 +80,17 @@ SGLANG_DEFINITION = ("SGLang's sglang:spec_accept_length gauge at the interval's
                      "step (accepted drafts + 1) over SGLang's last decode log interval, as reported")
 
 EXPECTED = ("vLLM's vllm:spec_decode_num_drafts, num_draft_tokens, num_accepted_tokens[_per_pos] counters "
-            "(with or without _total), llama.cpp's llamacpp:spec_decode_* counters of the same names, or "
+            "(with or without _total), llama.cpp's llamacpp:spec_decode_* counters of the same names, "
+            "TensorRT-LLM's trtllm_spec_decode_num_draft_tokens / num_accepted_tokens counters, or "
             "SGLang's sglang:spec_accept_length gauge")
 
-_COUNTER = re.compile(r"^(?P<engine>vllm|llamacpp):spec_decode_(?P<counter>num_drafts|num_draft_tokens|"
-                      r"num_accepted_tokens|num_accepted_tokens_per_pos)(?:_total)?$")
-_CREATED = re.compile(r"^(?:vllm|llamacpp):spec_decode_\w+_created$")
+_COUNTER = re.compile(r"^(?:(?P<engine>vllm|llamacpp):|(?P<trtllm>trtllm)_)spec_decode_(?P<counter>num_drafts|"
+                      r"num_draft_tokens|num_accepted_tokens|num_accepted_tokens_per_pos)(?:_total)?$")
+_CREATED = re.compile(r"^(?P<counter>(?:vllm:|llamacpp:|trtllm_)spec_decode_\w+)_created$")
+# TensorRT-LLM's gauges: levels of its last iteration stats (tensorrt_llm/metrics/collector.py)
+_TRTLLM_GAUGE = re.compile(r"^trtllm_spec_decode_(?:acceptance_length|draft_overhead)$")
+TRTLLM_GAUGE = ("TensorRT-LLM trtllm_spec_decode_acceptance_length / draft_overhead gauge (a level of its last "
+                "iteration, no column for it)")
 _V0 = re.compile(r"^vllm:spec_decode_(?:num_emitted_tokens(?:_total)?|draft_acceptance_rate|efficiency)$")
 _ACCEPT_LENGTH_GAUGE = "sglang:spec_accept_length"
 _RATE_GAUGE = "sglang:spec_accept_rate"
@@ -179,23 +188,28 @@ def _read_text(path: Path) -> str:
 
 
 def _is_json(text: str) -> bool:
-    return text.lstrip("\ufeff \t\r\n")[:1] == "{"
+    return text.lstrip("\ufeff \t\r\n")[:1] in ("{", "[")
 
 
 def _read_body(path: Path, text: str) -> list[dict]:
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MalformedInput(path, exc.lineno, f"not JSON ({exc.msg}); expected a Prometheus query_range body") \
-            from None
+    """The series of every query_range body in the file (one body, pretty-printed or not, or several,
+    one per line: common.json_values)."""
+    result: list[dict] = []
+    for line, body in json_values(text, path):
+        result += _body_series(path, text, line, body, len(result))
+    return result
+
+
+def _body_series(path: Path, text: str, line: int, body, before: int) -> list[dict]:
+    """The series of one query_range body that starts on ``line``; ``before`` series came earlier."""
     if not isinstance(body, dict):
-        raise MalformedInput(path, 1, "expected a Prometheus query_range body (a JSON object with data.result)")
+        raise MalformedInput(path, line, "expected a Prometheus query_range body (a JSON object with data.result)")
     if body.get("status") == "error":
         raise MalformedInput(path, _line_of(text, '"error"'),
                              f"the query failed: {body.get('errorType', '')} {body.get('error', '')}".strip())
     data = body.get("data")
     if not isinstance(data, dict):
-        raise MalformedInput(path, 1, "expected a Prometheus query_range body: no data object")
+        raise MalformedInput(path, line, "expected a Prometheus query_range body: no data object")
     kind = data.get("resultType")
     if kind != "matrix":
         raise MalformedInput(path, _line_of(text, '"resultType"'),
@@ -204,16 +218,16 @@ def _read_body(path: Path, text: str) -> list[dict]:
     if not isinstance(result, list):
         raise MalformedInput(path, _line_of(text, '"result"'), "data.result: expected a list of series")
     for i, series in enumerate(result):
-        line = _line_of(text, '"metric"', i)
+        at = _line_of(text, '"metric"', before + i)
         if not isinstance(series, dict) or not isinstance(series.get("metric"), dict) \
                 or not isinstance(series.get("values"), list):
-            raise MalformedInput(path, line, f"series {i}: expected {{\"metric\": {{...}}, \"values\": [...]}}")
+            raise MalformedInput(path, at, f"series {i}: expected {{\"metric\": {{...}}, \"values\": [...]}}")
         for sample in series["values"]:
             if not (isinstance(sample, list) and len(sample) == 2 and isinstance(sample[0], (int, float))
                     and not isinstance(sample[0], bool) and isinstance(sample[1], str)):
-                raise MalformedInput(path, line, f"series {i}: a sample is not [unix time, \"value\"]: "
-                                                 f"{json.dumps(sample)[:60]}")
-        series["_line"] = line
+                raise MalformedInput(path, at, f"series {i}: a sample is not [unix time, \"value\"]: "
+                                               f"{json.dumps(sample)[:60]}")
+        series["_line"] = at
     return result
 
 
@@ -337,8 +351,17 @@ class Group:
     labels: GroupKey
     # counter → {time µs: value}; counter is "num_drafts", ... or ("pos", i); "accept_length" for the gauge
     samples: dict = field(default_factory=lambda: defaultdict(dict))
-    engines: set = field(default_factory=set)       # vllm, llamacpp: who exported the counters
+    engines: set = field(default_factory=set)       # vllm, llamacpp, trtllm: who exported the counters
     v0: set = field(default_factory=set)            # V0-only metric names seen
+    # counter → the epoch µs its `_created` samples give: when it started counting from 0
+    created: dict = field(default_factory=lambda: defaultdict(set))
+
+    def counting_since(self) -> int | None:
+        """The earliest `_created` time of the group's token counters (their counting starts together
+        at the engine's start); None without one."""
+        times = [t for c, ts in self.created.items() if c in ("num_draft_tokens", "num_accepted_tokens")
+                 for t in ts]
+        return min(times) if times else None
 
     @property
     def has_counts(self) -> bool:
@@ -360,28 +383,41 @@ class _Reader:
         """What a metric name is to this importer: (kind, counter) or None for another metric."""
         m = _COUNTER.match(name)
         if m is not None:
-            return "counter", (m["engine"], m["counter"])
+            return "counter", (m["engine"] or m["trtllm"], m["counter"])
         if _V0.match(name):
             return "v0", name
         if name == _ACCEPT_LENGTH_GAUGE:
             return "gauge", "accept_length"
         if name == _RATE_GAUGE:
-            return "rate", None
-        if _CREATED.match(name):
-            return "created", None
+            return "rate", RATE_GAUGE
+        if _TRTLLM_GAUGE.match(name):
+            return "rate", TRTLLM_GAUGE
+        m = _CREATED.match(name)
+        if m is not None:
+            counted = _COUNTER.match(m["counter"])
+            return "created", counted["counter"] if counted is not None else None
         return None
 
     def add(self, path: Path, line, kind: tuple[str, object], labels: dict[str, str], t_us: int,
             value: float) -> None:
         """One sample; ``line`` is its line number, or a callable that finds it (only for an error)."""
         what, detail = kind
-        if what in ("created", "rate"):
-            self.summary.skip(CREATED if what == "created" else RATE_GAUGE)
+        if what == "rate":
+            self.summary.skip(str(detail))
             return
         if not math.isfinite(value):
             self.summary.skip("non-finite sample")
             return
         group = self.group(labels)
+        if what == "created":
+            # not a count, but when the counter started from 0: the start of a lone scrape's interval
+            self.summary.skip(CREATED)
+            if detail is not None:
+                counter = detail
+                if counter == "num_accepted_tokens_per_pos":
+                    counter = ("pos", labels.get("position"))
+                group.created[counter].add(epoch_us(value))
+            return
         if what == "v0":
             group.v0.add(str(detail).removesuffix("_total"))
             return
@@ -426,6 +462,7 @@ class _Timing:
     by_name: list[Path] = field(default_factory=list)
     unzoned_names: list[Path] = field(default_factory=list)
     by_option: list[Path] = field(default_factory=list)
+    by_mtime: list[tuple[Path, int]] = field(default_factory=list)     # (file, its modification time µs)
 
 
 def _add_exposition(path: Path, text: str, reader: _Reader, timing: _Timing) -> int:
@@ -463,14 +500,19 @@ def _add_exposition(path: Path, text: str, reader: _Reader, timing: _Timing) -> 
             fallback = timing.option[0]
             timing.by_option.append(path)
         else:
-            raise ImportInputError(
-                f"{path}: the snapshot has no time: its samples carry no timestamps, the file name holds no "
-                f"ISO-8601 time (e.g. metrics-2026-11-28T12:00:30Z.txt) and no --time was given; the file's "
-                f"modification time is never used")
+            # `curl -o` writes the file as the scrape arrives: its modification time is the scrape's
+            try:
+                fallback = epoch_us(path.stat().st_mtime)
+            except OSError as exc:
+                raise ImportInputError(f"{path}: can't read its modification time ({exc.strerror or exc})") \
+                    from None
+            timing.by_mtime.append((path, fallback))
     if len(untimed) < len([1 for _, _, kind in wanted if kind[0] not in ("created", "rate")]):
         timing.by_samples.append(path)
     for _, sample, kind in wanted:
         t_us = _sample_us(sample.timestamp) if sample.timestamp is not None else fallback
+        if kind[0] == "created":
+            t_us = t_us or 0            # a creation time is its value; when it was sampled doesn't matter
         if t_us is None:
             reader.summary.skip("sample with a timestamp that is not a number")
             continue
@@ -625,15 +667,25 @@ def _intervals(group: Group, summary: ImportSummary, why: list[str]) -> tuple[di
     contiguous = positions == list(range(len(positions)))
     counters = ["num_drafts", "num_draft_tokens", "num_accepted_tokens"] + [("pos", i) for i in positions]
     times = sorted(main)
-    if len(times) < 2:
-        summary.note(f"label group {_describe(group.labels)} has one sample time: an interval is the difference "
-                     f"of two")
-        why.append("one sample time (one snapshot) per label group: an interval is the difference of two "
-                   "snapshots")
     gauge = s.get("accept_length", {})
     rows: dict[int, dict] = {}
     resets = 0
-    for start, end in zip(times, times[1:]):
+    pairs = list(zip(times, times[1:]))
+    since = group.counting_since()
+    if len(times) == 1 and since is not None and since < times[0]:
+        # one scrape: its counters counted from 0 since their `_created` time, so that is the interval's start
+        pairs = [(since, times[0])]
+        s = {c: ({since: 0.0} | values) for c, values in s.items()}
+        summary.note(f"label group {_describe(group.labels)}: one scrape, so one interval from its counters' "
+                     f"`_created` time ({_iso(since)}, when they started counting from 0: the engine's start) to "
+                     f"the scrape ({_iso(times[0])}); its counts are everything since the engine started")
+    elif len(times) == 1:
+        summary.note(f"label group {_describe(group.labels)} has one sample time and no `_created` time before "
+                     f"it: an interval is the difference of two snapshots, or runs from the counters' `_created` "
+                     f"time")
+        why.append("one sample time (one snapshot) per label group and no `_created` time: an interval is the "
+                   "difference of two snapshots, or runs from the counters' `_created` time")
+    for start, end in pairs:
         before = {c: s[c].get(start) for c in counters if c in s}
         after = {c: s[c].get(end) for c in counters if c in s}
         if before.get("num_accepted_tokens") is None or after.get("num_accepted_tokens") is None:
@@ -657,6 +709,13 @@ def _intervals(group: Group, summary: ImportSummary, why: list[str]) -> tuple[di
     return rows, resets, len(positions)
 
 
+def _iso(t_us: int) -> str:
+    return (EPOCH_UTC + dt.timedelta(microseconds=t_us)).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def _timing_notes(summary: ImportSummary, timing: _Timing) -> None:
     plural = lambda n: f"{n} file{'s' if n != 1 else ''}"  # noqa: E731
     parts = []
@@ -670,6 +729,10 @@ def _timing_notes(summary: ImportSummary, timing: _Timing) -> None:
         parts.append(f"{timing.by_option[0]} by --time")
     if parts:
         summary.note("/metrics snapshot times: " + ", ".join(parts))
+    for path, t_us in timing.by_mtime:
+        summary.note(f"{path}: no sample timestamps, no time in its name and no --time: dated by the file's "
+                     f"modification time, {_iso(t_us)} (a scrape saved by `curl -o` carries the time it was "
+                     f"written; a copied or edited file does not: name it with its scrape time, or give --time)")
     if timing.unzoned_names:
         summary.note(f"{plural(len(timing.unzoned_names))} named with a time without a zone: read as UTC")
     if timing.by_option and timing.option is not None and not timing.option[1]:

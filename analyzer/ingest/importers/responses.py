@@ -10,7 +10,7 @@ from pathlib import Path
 from collections.abc import Iterator, Sequence
 
 from .common import (ImportInputError, ImportSummary, MalformedInput, Overrides, RoundsBuffer, TraceWriter,
-                     deployment_row, finish, is_int, is_number, parse_time, read_jsonl, reconcile)
+                     deployment_row, finish, is_int, is_number, parse_time, read_json_values, reconcile)
 
 # Wrapper keys that fill a requests column of the same name, and the JSON kind each takes.
 WRAPPER_COLUMNS = {
@@ -194,10 +194,11 @@ class ResponseImport:
 
     @staticmethod
     def records(files: Sequence[str | Path], sse: bool = False) -> Iterator[tuple[Where, object]]:
-        """Every JSON line of every file, with where it came from; with ``sse``, also every
+        """Every JSON value of every file (one per line, one per file, pretty-printed, or an array's
+        elements: common.read_json_values), with where it came from; with ``sse``, also every
         server-sent event's data, as ``{"data": value}`` (common.read_jsonl)."""
         for path in files:
-            for lineno, obj in read_jsonl(Path(path), sse=sse):
+            for lineno, obj in read_json_values(Path(path), sse=sse):
                 yield Where(Path(path), lineno), obj
 
     def located(self, records: Iterator[tuple[Where, object]]) -> Iterator[tuple[Where, object]]:

@@ -2,7 +2,8 @@
 
 A line is a ``/generate`` response ``{"text", "output_ids", "meta_info": {...}}``
 (or a JSON array of them, as a batched ``/generate`` returns), an
-OpenAI-compatible response carrying ``meta_info``, or a wrapper
+OpenAI-compatible response carrying ``meta_info`` or ``sglext.spec_tokens_details``
+(the same counts, copied from meta_info by SGLang), or a wrapper
 ``{"response": {...}, "sent_at", ...}`` around either.
 
 ``meta_info`` names changed across SGLang releases; both are read:
@@ -48,16 +49,38 @@ def import_sglang_responses(files: Sequence[str | Path], out: str | Path, deploy
     return job.write(overrides, max(gammas) if gammas else None)
 
 
-def _either(meta: dict, pair: tuple[str, str], kind: str, where: Where, names: Counter):
+def _either(meta: dict, pair: tuple[str, str], kind: str, where: Where, names: Counter, prefix: str = "meta_info"):
     new, old = pair
-    value = get(meta, new, kind, where, f"meta_info.{new}")
+    value = get(meta, new, kind, where, f"{prefix}.{new}")
+    if kind == "integer list" and value == []:
+        value = None            # SGLang writes [] for a histogram it has not got
     if value is not None:
         names["new"] += 1
         return value
-    value = get(meta, old, kind, where, f"meta_info.{old}")
+    value = get(meta, old, kind, where, f"{prefix}.{old}")
     if value is not None:
         names["old"] += 1
     return value
+
+
+SGLEXT = "sglext.spec_tokens_details"
+_SEVERAL = object()
+
+
+def _spec_tokens_details(response: dict, where: Where):
+    """The OpenAI-compatible response's ``sglext.spec_tokens_details`` (``return_spec_tokens_details``):
+    an object for one choice, a list of them for ``n`` > 1 (``_SEVERAL``); None when absent."""
+    sglext = get(response, "sglext", "object", where)
+    if sglext is None:
+        return None
+    details = sglext.get("spec_tokens_details")
+    if isinstance(details, list):
+        if len(details) > 1:
+            return _SEVERAL
+        details = details[0] if details else None
+    if details is not None and not isinstance(details, dict):
+        raise where.fail(f"{SGLEXT}: expected an object, found {type(details).__name__}")
+    return details
 
 
 def _finish_reason(meta: dict, response: dict, where: Where) -> str | None:
@@ -90,9 +113,16 @@ def _one(obj, where: Where, deployment_id: str, summary: ImportSummary, requests
         choices = response.get("choices")
         if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
             meta = get(choices[0], "meta_info", "object", where, "choices[0].meta_info")
-    if meta is None:
-        summary.skip("no meta_info")
+    details = _spec_tokens_details(response, where)
+    if details is _SEVERAL:
+        summary.skip("sglext.spec_tokens_details of several choices (n > 1): one request per response is read")
         return
+    if meta is None and details is None:
+        summary.skip("no meta_info or sglext.spec_tokens_details")
+        return
+    if details is not None:
+        names["sglext"] += 1
+    meta = meta if meta is not None else {}     # the OpenAI fields give id, usage and finish_reason
     usage = get(response, "usage", "object", where) or {}
     request_id = get(meta, "id", "string", where, "meta_info.id") or get(response, "id", "string", where)
     if request_id is None:
@@ -135,10 +165,12 @@ def _one(obj, where: Where, deployment_id: str, summary: ImportSummary, requests
                  finish_time=finish_time, prompt_tokens=prompt, output_tokens=completion,
                  finish_reason=FINISH_REASON[finish], **extra)
 
-    verify_ct = get(meta, "spec_verify_ct", "integer", where, "meta_info.spec_verify_ct")
-    accepted = _either(meta, ACCEPTED, "integer", where, names)
-    proposed = _either(meta, PROPOSED, "integer", where, names)
-    histogram = _either(meta, HISTOGRAM, "integer list", where, names)
+    # sglext.spec_tokens_details copies meta_info's counts (SGLang's spec_tokens_details_from_meta_info)
+    counts, prefix = (details, SGLEXT) if details is not None else (meta, "meta_info")
+    verify_ct = get(counts, "spec_verify_ct", "integer", where, f"{prefix}.spec_verify_ct")
+    accepted = _either(counts, ACCEPTED, "integer", where, names, prefix)
+    proposed = _either(counts, PROPOSED, "integer", where, names, prefix)
+    histogram = _either(counts, HISTOGRAM, "integer list", where, names, prefix)
     speculated = bool(verify_ct) or bool(proposed)
     if not speculated:
         tally.plain_requests += 1
@@ -185,6 +217,9 @@ def _notes(summary: ImportSummary, tally: Tally, models: Counter, names: Counter
              "spec_accept_length is not copied: mean_accept_length is 1 + C/R from the rounds")
     if gammas and overrides.num_speculative_tokens is None and overrides.method != "none":
         note(f"num_speculative_tokens taken as the most drafts proposed per verify step ({max(gammas)})")
+    if names["sglext"]:
+        note(f"speculative counts of {names['sglext']} response{'s' if names['sglext'] != 1 else ''} read from "
+             f"sglext.spec_tokens_details (return_spec_tokens_details), the OpenAI-compatible copy of meta_info's")
     if names["old"] and names["new"]:
         note("both old (spec_accepted_drafts, …) and new (spec_num_correct_drafts, …) meta_info names were read")
     if tally.plain_requests and tally.spec_requests:
