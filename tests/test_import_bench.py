@@ -2,6 +2,7 @@
 
 Every expected number is read off the fixture lines (tests/fixtures/*_bench/SOURCES.md)."""
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -129,3 +130,63 @@ def test_auto_refuses_what_no_source_fits(tmp_path):
     odd.write_text("nothing an engine printed\n")
     res = run("import", "auto", odd, "--deployment", "x", "--out", tmp_path / "t")
     assert res.exit_code == 2 and "no source fits its content" in res.output
+
+
+def test_bench_then_report_keeps_the_run_apart_from_production(tmp_path):
+    # One deployment, one hour (2025-06-06 14:00): the vLLM log v1_0.9.log (production) and a
+    # `vllm bench serve` result imported at 14:30. By hand:
+    #   log, 2 intervals: drafts 387/3 + 1488/3 = 129 + 496 = 625, draft tokens 387 + 1488 = 1875,
+    #     accepted 150 + 725 = 875 → accept length 1 + 875/625 = 2.4; position 1: (70 + 305)/625 = 0.6
+    #   bench, 1 run (ascend #9871): drafts 23975, draft tokens 71925, accepted 41570 → 1 + 41570/23975
+    # Summed together they would give 24600 drafts; kept apart, the production row stays 625.
+    assert run("import", "vllm-log", FIXTURES / "vllm_logs/v1_0.9.log", "--deployment", "mtp", "--year", "2025",
+               "--out", tmp_path).exit_code == 0
+    res = run("import", "vllm-bench", FIXTURES / "vllm_bench/ascend9871_v0.18.0rc2.json", "--deployment", "mtp",
+              "--time", "2025-06-06T14:30:00", "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    res = run("report", tmp_path, "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    [dep] = doc["deployments"]
+    assert (dep["benchmark"], dep["benchmark_sources"]) == (True, ["vllm_bench"])
+    production, bench = doc["intervals"]
+    assert (production["hour"], production["benchmark"]) == (bench["hour"], False) == ("2025-06-06T14:00:00", False)
+    assert bench["benchmark"] is True
+    assert (production["num_intervals"], production["num_drafts"], production["num_draft_tokens"],
+            production["num_accepted_tokens"]) == (2, 625, 1875, 875)
+    assert production["mean_accept_length"] == pytest.approx(2.4) and production["vllm_rate"][0] == pytest.approx(0.6)
+    assert (bench["num_intervals"], bench["num_drafts"], bench["num_draft_tokens"],
+            bench["num_accepted_tokens"]) == (1, 23975, 71925, 41570)
+    assert bench["mean_accept_length"] == pytest.approx(1 + 41570 / 23975)
+    # the load curve and the logs speedup read the log's 2 intervals only: 1 usable, 1 without a start
+    # (the log's first line); the run, which has no start either, would have made that 2
+    assert sum(r["num_intervals"] for r in doc["interval_load"]) == 2
+    evidence = dep["log_speedup_evidence"]
+    assert (evidence["usable_intervals"], evidence["left_out"]["without_start"]) == (1, 1)
+    assert any(n.startswith("mtp: 1 benchmark run among its intervals (vllm_bench)") for n in doc["notes"])
+
+    res = run("report", tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "| mtp | 2025-06-06 14:00:00 | 2 | 625 | 1,875 | 875 | 2.400 |" in res.stdout
+    assert "| mtp | 2025-06-06 14:00:00 (benchmark) | 1 | 23,975 | 71,925 | 41,570 | 2.734 |" in res.stdout
+    assert "Rows marked (benchmark) are benchmark runs" in res.stdout
+    html = tmp_path / "report.html"
+    assert run("report", tmp_path, "-o", html).exit_code == 0
+    assert "2025-06-06 14:00:00 (benchmark)" in html.read_text()
+
+
+def test_sglang_bench_alone_through_the_report(tmp_path):
+    # PR #9588's run: Accept length 3.46 (printed), no counts → the row has the printed length only
+    assert run("import", "sglang-bench", FIXTURES / "sglang_bench/pr9588_concurrency4.txt", "--deployment", "sg",
+               "--time", "2025-08-25T10:00:00", "--out", tmp_path).exit_code == 0
+    res = run("report", tmp_path, "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    [dep] = doc["deployments"]
+    assert (dep["benchmark"], dep["benchmark_sources"]) == (True, ["sglang_bench"])
+    [row] = doc["intervals"]
+    assert (row["hour"], row["benchmark"], row["num_intervals"]) == ("2025-08-25T10:00:00", True, 1)
+    assert row["num_drafts"] is None and row["mean_reported_accept_length"] == 3.46
+    assert doc["interval_load"] == []
+    md = run("report", tmp_path).stdout
+    assert "| sg | 2025-08-25 10:00:00 (benchmark) | 1 | – | – | – | – | – | – | – | 3.46 | – |" in md

@@ -178,7 +178,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
                                order by deployment_id, (select position from buckets
                                    where kind = 'temperature' and label = temperature_bucket)""")
     notes += _repetition_notes(repetition)
-    intervals = rows(con, "select * from interval_acceptance order by deployment_id, hour")
+    intervals = rows(con, "select * from interval_acceptance order by deployment_id, hour, benchmark")
     interval_load = rows(con, """select * exclude (bucket_min) from interval_load
                                  order by deployment_id, bucket_min""")
     log_load_curve = [_pick(r, LOG_CURVE_KEYS)
