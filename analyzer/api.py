@@ -566,6 +566,13 @@ def import_traces(source: str, files, out, deployments: list[str], **options):
 
 
 
+def pick_import_sources(files) -> dict:
+    """``specan import auto``: the source each file's content fits, files grouped by source."""
+    from .ingest.importers import pick_sources
+
+    return pick_sources(files)
+
+
 def list_imports(traces: str | Path) -> list[dict]:
     """The imports recorded in a trace directory (``specan import --list``), oldest first."""
     from .ingest.importers.common import list_imports as run

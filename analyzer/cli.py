@@ -571,7 +571,8 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, conf
 @main.command("import")
 @click.argument("source", required=False,
                 type=click.Choice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log",
-                                   "aiperf-records", "trtllm-responses", "llamacpp-log"]))
+                                   "aiperf-records", "trtllm-responses", "llamacpp-log", "vllm-bench",
+                                   "sglang-bench", "auto"]))
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--list", "list_of", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="List the imports recorded in this trace directory (id, source, rows, inputs).")
@@ -591,8 +592,9 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, conf
 @click.option("--year", default=None, type=click.IntRange(1970, 9999),
               help="vllm-log only: the year of the log's MM-DD dates (default: the current year).")
 @click.option("--time", "time", default=None, metavar="T",
-              help="prometheus only: the time of a /metrics scrape that has no sample timestamps and no "
-                   "ISO-8601 time in its file name (ISO-8601, UTC without a zone, or epoch seconds).")
+              help="prometheus: the time of a /metrics scrape that has no sample timestamps and no "
+                   "ISO-8601 time in its file name; vllm-bench, sglang-bench: the end of a run whose summary has "
+                   "no time (ISO-8601, UTC without a zone, or epoch seconds).")
 @click.option("--start", "start", default=None, metavar="TIME",
               help="llamacpp-log and vllm-log only: the absolute time (ISO-8601, UTC without a zone) that "
                    "relative log times count from, and lines without a time are anchored at (default for "
@@ -616,6 +618,12 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
       aiperf-records    AIPerf profile_export.jsonl with spec_decode_acceptance  → requests, rounds
       trtllm-responses  TensorRT-LLM responses (JSONL), per-choice spec stats    → requests, rounds
       llamacpp-log      llama-server print_timing lines / responses with timings → intervals, requests
+      vllm-bench        `vllm bench serve` summaries (text or --save-result JSON) → intervals (benchmark)
+      sglang-bench      SGLang bench_serving summaries (text or --output-file JSONL) → intervals (benchmark)
+      auto              each FILE's source picked by its content (named on stderr)
+
+    A file whose content is another source's is refused (exit 2), naming the
+    source it is.
 
     Prints rows written per table, records skipped per reason, and notes on
     what had to be assumed (also written to OUT/import_notes/). Input that is
@@ -643,7 +651,12 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
                                         ("--out", out)) if not value]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or use --list TRACES / --remove ID --out TRACES)")
-    summary = api.import_traces(source, files, out, list(deployment), model=model, method=method,
-                                num_speculative_tokens=num_speculative_tokens, year=year,
-                                sglang_version=sglang_version, time=time, start=start)
-    click.echo("\n".join(summary.lines()))
+    groups = api.pick_import_sources(files) if source == "auto" else {source: list(files)}
+    for picked, group in groups.items():
+        if source == "auto":
+            for path in group:
+                click.echo(f"{path}: {picked}", err=True)
+        summary = api.import_traces(picked, group, out, list(deployment), model=model, method=method,
+                                    num_speculative_tokens=num_speculative_tokens, year=year,
+                                    sglang_version=sglang_version, time=time, start=start)
+        click.echo("\n".join(summary.lines()))

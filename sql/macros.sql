@@ -71,3 +71,9 @@ create or replace macro poisson1_draw(h) as
 -- The same draw as a DOUBLE, for the weighted sums of the bootstrap (headline_intervals,
 -- list_dot_product over a replicate's group weights).
 create or replace macro poisson_weight(h) as cast(poisson1_draw(h) as double);
+
+-- An intervals row that is a benchmark client's summary of one run (vllm-bench,
+-- sglang-bench): its numbers are the benchmark's traffic, not production. The interval
+-- views keep such rows apart (interval_acceptance.benchmark) and the logs speedup never
+-- reads them (log_intervals takes engine logs only).
+create or replace macro benchmark_source(source) as source in ('vllm_bench', 'sglang_bench');

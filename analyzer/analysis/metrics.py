@@ -80,6 +80,11 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     log_speedups = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup")}
     log_intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup_intervals")}
     min_log_intervals = con.execute("select min_log_intervals()").fetchone()[0]
+    benchmarks = {r["deployment_id"]: r for r in rows(con, """
+        select deployment_id, count(*) as runs, list(distinct source order by source) as sources
+        from intervals
+        where benchmark_source(source)
+        group by deployment_id""")}
     uncovered = defaultdict(list)
     for row in rows(con, "select * from speedup_uncovered order by deployment_id, bucket_min"):
         uncovered[row["deployment_id"]].append(_pick(row, UNCOVERED_KEYS))
@@ -105,6 +110,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "num_speculative_tokens": d["num_speculative_tokens"],
             "target_quant": d["target_quant"],
             "draft_quant": d["draft_quant"],
+            # its intervals include benchmark runs (vllm-bench, sglang-bench): not production traffic
+            "benchmark": dep in benchmarks,
+            "benchmark_sources": benchmarks.get(dep, {}).get("sources", []),
             "baseline_id": d["baseline_id"],
             **_pick(d, ACCEPTANCE_KEYS),
             "positions": positions.get(dep, []),
@@ -140,6 +148,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present, floors)
         notes += _dropped_replicate_notes(dep, entry, intervals_95.get(dep))
         notes += _log_speedup_notes(dep, log_speedups.get(dep))
+        notes += _benchmark_notes(dep, benchmarks.get(dep))
 
     categories = rows(con, """
         select c.deployment_id, c.category, c.num_requests, c.mean_accept_length, c.acceptance_rate,
@@ -169,7 +178,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
                                order by deployment_id, (select position from buckets
                                    where kind = 'temperature' and label = temperature_bucket)""")
     notes += _repetition_notes(repetition)
-    intervals = rows(con, "select * from interval_acceptance order by deployment_id, hour")
+    intervals = rows(con, "select * from interval_acceptance order by deployment_id, hour, benchmark")
     interval_load = rows(con, """select * exclude (bucket_min) from interval_load
                                  order by deployment_id, bucket_min""")
     log_load_curve = [_pick(r, LOG_CURVE_KEYS)
@@ -240,6 +249,16 @@ def _log_speedup(row: dict | None, interval: dict | None, min_intervals: int) ->
             "replicates": interval["replicates"] if interval else 0,
             "note": row["log_speedup_note"]},
     }
+
+
+def _benchmark_notes(dep: str, row: dict | None) -> list[str]:
+    if row is None:
+        return []
+    runs = row["runs"]
+    return [f"{dep}: {runs} benchmark run{'s' if runs != 1 else ''} among its intervals "
+            f"({', '.join(row['sources'])}): the benchmark's own traffic, not production; shown apart, marked "
+            "(benchmark), in the intervals per hour, and left out of the logs speedup and of the acceptance "
+            "against load"]
 
 
 def _log_speedup_notes(dep: str, row: dict | None) -> list[str]:

@@ -586,6 +586,9 @@ def _tuning(doc: dict) -> str:
     return "".join(parts)
 
 
+BENCHMARK_MARK = " (benchmark)"
+
+
 def _intervals(doc: dict) -> str:
     # a baseline drafts nothing: the acceptance tables leave it out, the logs speedup shows it
     rows = _spec_rows(doc, doc.get("intervals") or [])
@@ -594,19 +597,27 @@ def _intervals(doc: dict) -> str:
         return ""
     text = "## Aggregate counters (intervals)\n\n"
     if rows:
-        body = [(r["deployment_id"], str(r["hour"]), num(r["num_intervals"]), num(r["num_drafts"]),
+        # a benchmark's rows are marked in the hour cell: they are its traffic, not production
+        body = [(r["deployment_id"], str(r["hour"]) + (BENCHMARK_MARK if r.get("benchmark") else ""),
+                 num(r["num_intervals"]), num(r["num_drafts"]),
                  num(r["num_draft_tokens"]), num(r["num_accepted_tokens"]), num(r["mean_accept_length"]),
                  pct(r["drafts_share"]), pct(r["acceptance_rate"]),
                  ", ".join(pct(v) for v in r["vllm_rate"]) if r["vllm_rate"] else DASH,
                  num(r["mean_reported_accept_length"], 2), num(r["mean_running_requests"], 1))
                 for r in rows]
-        text += ("From engine logs (vLLM, SGLang) or Prometheus counters, per hour. Accept length is "
+        text += ("From engine logs (vLLM, SGLang), Prometheus counters or benchmark summaries, per hour. "
+                 "Accept length is "
                  "1 + accepted / drafts over the intervals with a draft count (\"drafts known\": the share of "
                  "draft tokens in them). vLLM prints its mean acceptance length to 2 decimals, so a draft count "
                  "derived from it is approximate (see the notes).\n\n"
                  + table(["deployment", "hour", "intervals", "drafts", "draft tokens", "accepted", "accept length",
                           "drafts known", "acceptance", "vLLM rate per position", "engine's accept length",
                           "running reqs"], body))
+        if any(r.get("benchmark") for r in rows):
+            text += (f"\nRows marked{BENCHMARK_MARK} are benchmark runs (`vllm bench serve`, SGLang "
+                     "`bench_serving`; intervals source vllm_bench, sglang_bench): the totals of the benchmark's "
+                     "own traffic, not production. They are kept apart from production counters of the same "
+                     "hour and enter neither the acceptance against load nor the logs speedup.\n")
     load = _spec_rows(doc, doc.get("interval_load") or [])
     definitions = sorted({r["reported_accept_length_definition"] for r in rows + load
                           if r.get("reported_accept_length_definition")})

@@ -1,5 +1,8 @@
--- Acceptance from aggregate counters (vLLM log lines, Prometheus counters), per hour.
--- Grain: one row per deployment_id, hour (the hour of each interval's end_time).
+-- Acceptance from aggregate counters (vLLM log lines, Prometheus counters, benchmark
+-- summaries), per hour.
+-- Grain: one row per deployment_id, hour (the hour of each interval's end_time), benchmark
+-- (whether the intervals are benchmark runs, benchmark_source: a benchmark's totals are
+-- never summed with production counters of the same hour).
 --
 -- mean_accept_length = 1 + Σ accepted / Σ num_drafts over the intervals that have a
 -- draft count (num_drafts), and drafts_share says what share of the hour's draft
@@ -12,6 +15,7 @@ with by_hour as (
     select
         deployment_id,
         date_trunc('hour', end_time) as hour,
+        benchmark_source(source) as benchmark,
         count(*) as num_intervals,
         count(*) filter (where num_drafts is null) as intervals_without_drafts,
         sum(num_drafts) as num_drafts,
@@ -33,6 +37,7 @@ per_position as (
     select
         deployment_id,
         date_trunc('hour', end_time) as hour,
+        benchmark_source(source) as benchmark,
         unnest(range(1, array_length(accepted_per_position) + 1)) as position,
         unnest(accepted_per_position) as accepted
     from intervals
@@ -40,9 +45,9 @@ per_position as (
 ),
 
 positions as (
-    select deployment_id, hour, list(accepted order by position) as accepted_per_position
+    select deployment_id, hour, benchmark, list(accepted order by position) as accepted_per_position
     from (
-        select deployment_id, hour, position, sum(accepted) as accepted
+        select deployment_id, hour, benchmark, position, sum(accepted) as accepted
         from per_position
         group by all
     )
@@ -52,6 +57,7 @@ positions as (
 select
     h.deployment_id,
     h.hour,
+    h.benchmark,
     h.num_intervals,
     h.num_drafts,
     h.num_draft_tokens,
@@ -68,4 +74,4 @@ select
     h.mean_reported_accept_length,
     h.reported_accept_length_definition
 from by_hour as h
-left join positions as p on p.deployment_id = h.deployment_id and p.hour = h.hour
+left join positions as p on p.deployment_id = h.deployment_id and p.hour = h.hour and p.benchmark = h.benchmark

@@ -3,7 +3,9 @@
 -- (the engine's `Running: N reqs` when the interval ended, a batch-size proxy).
 --
 -- Accept length is 1 + Σ accepted / Σ num_drafts over the intervals with a draft
--- count; drafts_share is the share of the bucket's draft tokens they hold.
+-- count; drafts_share is the share of the bucket's draft tokens they hold. Benchmark
+-- runs (benchmark_source) are left out: a load curve is production's, and a run's
+-- summary carries no running count anyway.
 select
     deployment_id,
     batch_bucket(running_requests) as batch_bucket,
@@ -20,5 +22,5 @@ select
     avg(reported_accept_length order by series, end_time) as mean_reported_accept_length,
     min(reported_accept_length_definition) as reported_accept_length_definition
 from intervals
-where running_requests is not null
+where running_requests is not null and not benchmark_source(source)
 group by deployment_id, batch_bucket(running_requests)

@@ -24,19 +24,23 @@ from .aiperf import import_aiperf_records
 from .common import ImportConflict, ImportInputError, ImportSummary, MalformedInput, Overrides
 from .llamacpp_log import import_llamacpp_log
 from .prometheus import DeploymentMap, import_prometheus
+from .sglang_bench import import_sglang_bench
 from .sglang_log import import_sglang_log
 from .sglang_responses import import_sglang_responses
+from .sniff import pick, refusal
 from .trtllm_responses import import_trtllm_responses
+from .vllm_bench import import_vllm_bench
 from .vllm_log import import_vllm_log
 from .vllm_responses import import_vllm_responses
 
 SOURCES = ("vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log", "aiperf-records",
-           "trtllm-responses", "llamacpp-log")
+           "trtllm-responses", "llamacpp-log", "vllm-bench", "sglang-bench")
+TIME_SOURCES = ("prometheus", "vllm-bench", "sglang-bench")
 
 __all__ = ["SOURCES", "DeploymentMap", "ImportConflict", "ImportInputError", "ImportSummary", "MalformedInput",
            "Overrides", "import_aiperf_records", "import_llamacpp_log", "import_prometheus", "import_sglang_log",
-           "import_sglang_responses", "import_trtllm_responses", "import_vllm_log", "import_vllm_responses",
-           "run_import"]
+           "import_sglang_bench", "import_sglang_responses", "import_trtllm_responses", "import_vllm_bench",
+           "import_vllm_log", "import_vllm_responses", "pick_sources", "run_import"]
 
 
 def run_import(source: str, files: Sequence[str | Path], out: str | Path, deployment: str | Sequence[str], *,
@@ -52,12 +56,16 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
         raise ImportInputError("--year applies to vllm-log only")
     if start is not None and source not in ("llamacpp-log", "vllm-log"):
         raise ImportInputError("--start applies to llamacpp-log and vllm-log only")
-    if time is not None and source != "prometheus":
-        raise ImportInputError("--time applies to prometheus only")
+    if time is not None and source not in TIME_SOURCES:
+        raise ImportInputError(f"--time applies to {', '.join(TIME_SOURCES)} only")
     if sglang_version is not None and source != "sglang-log":
         raise ImportInputError("--sglang-version applies to sglang-log only")
     if not files:
         raise ImportInputError("no input FILE given")
+    for path in files:
+        # every importer reads only its own source's content: another source's file is named, not misread
+        if (why := refusal(source, path)) is not None:
+            raise ImportInputError(why)
     if source == "prometheus":
         return import_prometheus(files, out, deployment, overrides, time=time)
     ids = [deployment] if isinstance(deployment, str) else list(deployment)
@@ -75,4 +83,22 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
         return import_trtllm_responses(files, out, ids[0], overrides)
     if source == "llamacpp-log":
         return import_llamacpp_log(files, out, ids[0], overrides, start=start)
+    if source == "vllm-bench":
+        return import_vllm_bench(files, out, ids[0], overrides, time=time)
+    if source == "sglang-bench":
+        return import_sglang_bench(files, out, ids[0], overrides, time=time)
     return import_sglang_responses(files, out, ids[0], overrides)
+
+
+def pick_sources(files: Sequence[str | Path]) -> dict[str, list[Path]]:
+    """``specan import auto``: each file's source by its content (analyzer/ingest/importers/sniff.py),
+    files grouped by source in the order given. A file no source fits, or several fit equally, is refused."""
+    groups: dict[str, list[Path]] = {}
+    for path in files:
+        source, fits = pick(path)
+        if source is None:
+            raise ImportInputError(f"{path}: no source fits its content; name one: specan import SOURCE"
+                                   if not fits else
+                                   f"{path}: fits {' and '.join(fits)} equally; name one: specan import SOURCE")
+        groups.setdefault(source, []).append(Path(path))
+    return groups
