@@ -76,4 +76,4 @@ create or replace macro poisson_weight(h) as cast(poisson1_draw(h) as double);
 -- sglang-bench): its numbers are the benchmark's traffic, not production. The interval
 -- views keep such rows apart (interval_acceptance.benchmark) and the logs speedup never
 -- reads them (log_intervals takes engine logs only).
-create or replace macro benchmark_source(source) as source in ('vllm_bench', 'sglang_bench');
+create or replace macro benchmark_source(interval_source) as interval_source in ('vllm_bench', 'sglang_bench');
