@@ -610,14 +610,15 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
 
     \b
     SOURCE is one of:
-      vllm-responses    vLLM responses (JSONL) with metrics.speculative_decoding → requests, rounds
+      vllm-responses    vLLM responses (JSON) with metrics.speculative_decoding  → requests, rounds
       vllm-log          vLLM log: spec-decoding metrics lines, or a plain server's load lines → intervals
       prometheus        /metrics scrapes or query_range JSON, spec_decode_* counters → intervals
-      sglang-responses  SGLang responses (JSONL) with meta_info spec counts      → requests, rounds
+      sglang-responses  SGLang responses (JSON), meta_info or sglext spec counts → requests, rounds
       sglang-log        SGLang log with 'Decode batch' lines (with accept len, or a plain server's) → intervals
       aiperf-records    AIPerf profile_export.jsonl with spec_decode_acceptance  → requests, rounds
-      trtllm-responses  TensorRT-LLM responses (JSONL), per-choice spec stats    → requests, rounds
-      llamacpp-log      llama-server print_timing lines / responses with timings → intervals, requests
+      trtllm-responses  TensorRT-LLM responses (JSON), per-choice spec stats     → requests, rounds
+      llamacpp-log      llama.cpp as printed: print_timing, statistics and per-round lines, CLI
+                        summaries, responses or timings objects → intervals, rounds, requests
       vllm-bench        `vllm bench serve` summaries (text or --save-result JSON) → intervals (benchmark)
       sglang-bench      SGLang bench_serving summaries (text or --output-file JSONL) → intervals (benchmark)
       auto              each FILE's source picked by its content (named on stderr)
