@@ -9,6 +9,7 @@
 #   responses.jsonl   one non-streamed /completion response per line
 #   stream.sse        the streamed responses as received (data: lines)
 #   metrics-0.prom    /metrics before the requests, metrics-1.prom after them
+#   metrics-N.time    the UTC time of each scrape (a text scrape has none of its own: import --time)
 # The server it started is stopped by its process id on every exit, failure included.
 set -euo pipefail
 out="${1:?usage: run.sh OUT [SPEC_DRAFT_N_MAX]}"
@@ -68,6 +69,7 @@ one_run() {
     done
     curl -sf "$base/health" >/dev/null || { echo "llama-server did not become healthy" >&2; return 1; }
     curl -sf "$base/metrics" > "$dir/metrics-0.prom"
+    date -u +%Y-%m-%dT%H:%M:%S.%6N > "$dir/metrics-0.time"
     local req body
     for req in "${requests[@]}"; do
         if [[ "$req" == stream\ * ]]; then
@@ -81,6 +83,7 @@ one_run() {
         fi
     done
     curl -sf "$base/metrics" > "$dir/metrics-1.prom"
+    date -u +%Y-%m-%dT%H:%M:%S.%6N > "$dir/metrics-1.time"
     stop_server
 }
 
