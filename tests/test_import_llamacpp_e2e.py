@@ -1,0 +1,36 @@
+"""The importers on a current llama.cpp's own output: the kept runs of e2e/llamacpp/run.sh.
+
+tests/fixtures/llamacpp_e2e/SOURCES.md says how they were made (llama.cpp build, models, flags). These
+tests run where the build is not: every channel of every kept run imports with exactly the totals that
+llama.cpp printed, read here independently of the importers (tests/llamacpp_printed.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamacpp_printed import channel_totals_agree, log_request_totals
+
+FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp_e2e"
+RUNS = sorted(p.parent.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("*/*/server.log"))
+
+
+def test_the_kept_runs_are_there():
+    # two speculation lengths × same/other
+    assert len(RUNS) == 4, RUNS
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_every_channel_imports_with_the_printed_totals(run, tmp_path):
+    accepted, drafted = channel_totals_agree(FIXTURES / run, run.replace("/", "-"), tmp_path)
+    assert drafted > 0
+
+
+@pytest.mark.parametrize("n_max", sorted({r.split("/")[0] for r in RUNS}))
+def test_same_draft_accepts_far_more_than_other(n_max):
+    same_a, same_g = log_request_totals(FIXTURES / n_max / "same" / "server.log")
+    other_a, other_g = log_request_totals(FIXTURES / n_max / "other" / "server.log")
+    assert same_a / same_g >= 0.9
+    assert other_a / other_g <= 0.5 * same_a / same_g
