@@ -20,13 +20,13 @@ ROUND_LINE = re.compile(r"accepted (\d+)/(\d+) draft tokens, new n_tokens = \d+"
 
 
 def log_request_totals(log: Path) -> tuple[int, int]:
-    pairs = [(int(a), int(g)) for a, g in REQUEST_LINE.findall(log.read_text())]
+    pairs = [(int(a), int(g)) for a, g in REQUEST_LINE.findall(log.read_text(errors="replace"))]
     assert pairs, f"no 'draft acceptance' line in {log}"
     return sum(a for a, _ in pairs), sum(g for _, g in pairs)
 
 
 def log_round_totals(log: Path) -> tuple[int, int]:
-    pairs = [(int(a), int(d)) for a, d in ROUND_LINE.findall(log.read_text())]
+    pairs = [(int(a), int(d)) for a, d in ROUND_LINE.findall(log.read_text(errors="replace"))]
     assert pairs, f"no per-round 'accepted A/D draft tokens' line in {log}"
     return sum(a for a, _ in pairs), sum(d for _, d in pairs)
 
