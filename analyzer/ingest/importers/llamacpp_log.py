@@ -125,12 +125,13 @@ _ISO = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?
 _LLAMA_TIME = re.compile(r"(?<![\d.])\d+\.\d{2}\.\d{3}\.\d{3}(?: [IWEDT])?(?= |$)")  # M.SS.mmm.uuu and level
 _SLOT = re.compile(r"slot print_timing: id\s+(\d+) \| task (-?\d+) \|")
 _LABEL = re.compile(r"prompt eval time =|eval time =|total time =|draft acceptance|acc per pos =|statistics\s+\S+:"
-                    r" #calls|slot update_slots: id\s+\d+ \| task -?\d+ \| accepted")
+                    r" #calls|slot\s+(?:update_slots|operator\(\)): id\s+\d+ \| task -?\d+ \| accepted")
 # common_speculative_print_stats: one line per drafter of the slot, counters since the server's start
 _STATS = re.compile(r"statistics\s+(\S+): #calls\(b,g,a\) =\s*(\d+)\s+(\d+)\s+(\d+), #gen drafts =\s*(\d+), "
                     r"#acc drafts =\s*(\d+), #gen tokens =\s*(\d+), #acc tokens =\s*(\d+)")
-# SLT_DBG in update_slots after each verification (-lv 4 / --verbose)
-_ROUND = re.compile(r"slot update_slots: id\s+(\d+) \| task (-?\d+) \| accepted\s+(\d+)/\s*(\d+) draft tokens, "
+# SLT_DBG in update_slots after each verification (-lv 4 / --verbose); build 11434 prints it from a lambda
+# inside update_slots, so its function name is `operator()` (tests/fixtures/llamacpp_e2e/)
+_ROUND = re.compile(r"slot\s+(?:update_slots|operator\(\)): id\s+(\d+) \| task (-?\d+) \| accepted\s+(\d+)/\s*(\d+) draft tokens, "
                     r"new n_tokens = (\d+)")
 _SEPARATOR = re.compile(r"(?:^|(?<=\s))\|(?=\s|$)")    # a log viewer's or docker compose's column bar
 _NOT_SERVER = ("llama_perf_", "llama_print_timings")   # llama-cli / llama-bench's own timing lines
@@ -406,7 +407,7 @@ class _Import:
         if label.group(0).startswith("statistics"):
             self.stats_line(line, label.start(), relative, place)
             return
-        if label.group(0).startswith("slot update_slots"):
+        if label.group(0).startswith("slot"):
             self.round_line(line, label.start(), relative, place)
             return
         prefixed = slot is not None and slot.end() <= label.start()
