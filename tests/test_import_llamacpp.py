@@ -601,3 +601,14 @@ def test_run_import_dispatches_llamacpp_log(tmp_path):
     assert summary.rows["requests"] == 2 and summary.rows["intervals"] == 2
     with pytest.raises(ImportInputError, match="--year applies to vllm-log only"):
         run_import("llamacpp-log", [FIXTURES / "rate.log"], tmp_path / "u", "llama", year=2026)
+
+
+def test_per_round_lines_of_a_current_build_read_operator_as_their_function(tmp_path):
+    out, _ = imported(tmp_path, "rounds_b11434.log", start="2026-12-01T00:00:00")
+    # build 11434's six lines: task 1 accepts 4/4 at n_tokens 7, 12, 17, 22, task 8 at 22, 27;
+    # committed 4 + 1 = 5 each, context before the round n_tokens − 5
+    assert [(r["request_id"], r["round_idx"], r["num_draft_tokens"], r["num_accepted_tokens"],
+             r["num_committed_tokens"], r["context_len"]) for r in rows(out, "rounds")] == [
+        ("slot 0 task 1", 0, 4, 4, 5, 2), ("slot 0 task 1", 1, 4, 4, 5, 7), ("slot 0 task 1", 2, 4, 4, 5, 12),
+        ("slot 0 task 1", 3, 4, 4, 5, 17), ("slot 0 task 8", 0, 4, 4, 5, 17), ("slot 0 task 8", 1, 4, 4, 5, 22)]
+    assert_clean(out)
