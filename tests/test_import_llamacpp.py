@@ -378,12 +378,17 @@ def test_relative_times_anchored_at_start(tmp_path):
     assert_clean(out)
 
 
-def test_relative_times_without_start_are_estimated_from_the_modification_time(tmp_path):
-    log = tmp_path / "server.log"
-    log.write_text((FIXTURES / "notime.log").read_text())
-    modified = dt.datetime(2026, 6, 15, 8, 0, 0, tzinfo=UTC).timestamp()
+def fixture_modified_at(path, fixture: str, when: dt.datetime):
+    """A copy of a fixture whose modification time is ``when`` (what the import estimates from)."""
     import os
-    os.utime(log, (modified, modified))
+
+    path.write_text((FIXTURES / fixture).read_text())
+    os.utime(path, (when.timestamp(), when.timestamp()))
+    return path
+
+
+def test_relative_times_without_start_are_estimated_from_the_modification_time(tmp_path):
+    log = fixture_modified_at(tmp_path / "server.log", "notime.log", dt.datetime(2026, 6, 15, 8, 0, 0, tzinfo=UTC))
     out, _ = imported(tmp_path, log)
     # last llama.cpp time in the file: 0.06.896.140 (line 8) → server start = 08:00:00 − 6.896140 s = 07:59:53.103860;
     # the draft line's 6.896015 s later is 07:59:59.999875
@@ -472,11 +477,7 @@ def test_speculative_cli_seconds_after_the_counts_and_lookup(tmp_path):
 
 
 def test_cli_summary_without_start_ends_at_the_modification_time(tmp_path):
-    log = tmp_path / "run.log"
-    log.write_text((FIXTURES / "heuristic.log").read_text())
-    modified = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC).timestamp()
-    import os
-    os.utime(log, (modified, modified))
+    log = fixture_modified_at(tmp_path / "run.log", "heuristic.log", dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC))
     out, _ = imported(tmp_path, log)
     # both runs end at 12:00:00 and start 11.990 s and 13.234 s before it
     assert [(r["start_time"], r["end_time"]) for r in rows(out, "intervals")] == [
