@@ -378,12 +378,17 @@ def test_relative_times_anchored_at_start(tmp_path):
     assert_clean(out)
 
 
-def test_relative_times_without_start_are_estimated_from_the_modification_time(tmp_path):
-    log = tmp_path / "server.log"
-    log.write_text((FIXTURES / "notime.log").read_text())
-    modified = dt.datetime(2026, 6, 15, 8, 0, 0, tzinfo=UTC).timestamp()
+def fixture_modified_at(path, fixture: str, when: dt.datetime):
+    """A copy of a fixture whose modification time is ``when`` (what the import estimates from)."""
     import os
-    os.utime(log, (modified, modified))
+
+    path.write_text((FIXTURES / fixture).read_text())
+    os.utime(path, (when.timestamp(), when.timestamp()))
+    return path
+
+
+def test_relative_times_without_start_are_estimated_from_the_modification_time(tmp_path):
+    log = fixture_modified_at(tmp_path / "server.log", "notime.log", dt.datetime(2026, 6, 15, 8, 0, 0, tzinfo=UTC))
     out, _ = imported(tmp_path, log)
     # last llama.cpp time in the file: 0.06.896.140 (line 8) → server start = 08:00:00 − 6.896140 s = 07:59:53.103860;
     # the draft line's 6.896015 s later is 07:59:59.999875
@@ -472,11 +477,7 @@ def test_speculative_cli_seconds_after_the_counts_and_lookup(tmp_path):
 
 
 def test_cli_summary_without_start_ends_at_the_modification_time(tmp_path):
-    log = tmp_path / "run.log"
-    log.write_text((FIXTURES / "heuristic.log").read_text())
-    modified = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC).timestamp()
-    import os
-    os.utime(log, (modified, modified))
+    log = fixture_modified_at(tmp_path / "run.log", "heuristic.log", dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC))
     out, _ = imported(tmp_path, log)
     # both runs end at 12:00:00 and start 11.990 s and 13.234 s before it
     assert [(r["start_time"], r["end_time"]) for r in rows(out, "intervals")] == [
@@ -601,3 +602,14 @@ def test_run_import_dispatches_llamacpp_log(tmp_path):
     assert summary.rows["requests"] == 2 and summary.rows["intervals"] == 2
     with pytest.raises(ImportInputError, match="--year applies to vllm-log only"):
         run_import("llamacpp-log", [FIXTURES / "rate.log"], tmp_path / "u", "llama", year=2026)
+
+
+def test_per_round_lines_of_a_current_build_read_operator_as_their_function(tmp_path):
+    out, _ = imported(tmp_path, "rounds_b11434.log", start="2026-12-01T00:00:00")
+    # build 11434's six lines: task 1 accepts 4/4 at n_tokens 7, 12, 17, 22, task 8 at 22, 27;
+    # committed 4 + 1 = 5 each, context before the round n_tokens − 5
+    assert [(r["request_id"], r["round_idx"], r["num_draft_tokens"], r["num_accepted_tokens"],
+             r["num_committed_tokens"], r["context_len"]) for r in rows(out, "rounds")] == [
+        ("slot 0 task 1", 0, 4, 4, 5, 2), ("slot 0 task 1", 1, 4, 4, 5, 7), ("slot 0 task 1", 2, 4, 4, 5, 12),
+        ("slot 0 task 1", 3, 4, 4, 5, 17), ("slot 0 task 8", 0, 4, 4, 5, 17), ("slot 0 task 8", 1, 4, 4, 5, 22)]
+    assert_clean(out)

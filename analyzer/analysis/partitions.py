@@ -22,14 +22,19 @@ import duckdb
 from ..ingest.rules import lit, q
 
 
-def request_partition_columns(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The requests table's partition columns, by name (from ``trace_columns``)."""
+def partition_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    """A trace table's partition columns, by name (from ``trace_columns``)."""
     try:
-        rows = con.execute("select column_name from trace_columns where table_name = 'requests' and partition "
-                           "order by column_name").fetchall()
+        rows = con.execute("select column_name from trace_columns where table_name = ? and partition "
+                           "order by column_name", [table]).fetchall()
     except duckdb.CatalogException:     # a workspace without load metadata has no partitions to name
         return []
     return [name for (name,) in rows]
+
+
+def request_partition_columns(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The requests table's partition columns, by name."""
+    return partition_columns(con, "requests")
 
 
 def partition_label_sql(columns: list[str]) -> str:

@@ -26,6 +26,7 @@ import duckdb
 
 from ..errors import InputProblem
 from ..ingest.rules import DERIVED_COLUMNS, q
+from .partitions import partition_columns
 
 SLICE_KEYS = ("deployment_id", "value", "num_requests", "mean_accept_length", "acceptance_rate",
               "tokens_per_round", "speedup", "repeat_ratio", "repeat_accept_correlation")
@@ -69,14 +70,6 @@ def deployments_columns(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]
                 if name != "deployment_id"]
     except duckdb.CatalogException:
         return []
-
-
-def _partition_columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
-    try:
-        return {c for (c,) in con.execute("select column_name from trace_columns where table_name = ? and partition",
-                                          [table]).fetchall()}
-    except duckdb.CatalogException:
-        return set()
 
 
 def why_not_sliced(column: str, duckdb_type: str) -> str | None:
@@ -131,8 +124,8 @@ def _request_values_sql(con: duckdb.DuckDBPyConnection, column: str) -> str:
         held = {name for name, *_ in con.execute("describe deployment_versions").fetchall()}
     except duckdb.CatalogException:
         held = set()
-    versioned = _partition_columns(con, "deployments") & held
-    shared = sorted(versioned & _partition_columns(con, "requests"))
+    versioned = set(partition_columns(con, "deployments")) & held
+    shared = sorted(versioned & set(partition_columns(con, "requests")))
     if versioned - set(shared):
         # one request could match several dates' configurations: its own is unknown
         raise UnknownSliceColumn(

@@ -22,6 +22,7 @@ import duckdb
 
 from ..ingest.load import DEPENDENT_TABLES
 from ..ingest.rules import VERSIONS, q
+from .partitions import partition_columns
 
 VERSIONS_TABLE, CONFLICTS_TABLE = VERSIONS["deployments"]
 
@@ -31,21 +32,13 @@ def _exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
                        "select count(*) from duckdb_views() where view_name = $1", [name]).fetchall() != [(0,), (0,)]
 
 
-def _partition_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
-    try:
-        return [c for (c,) in con.execute("select column_name from trace_columns where table_name = ? and partition "
-                                          "order by column_name", [table]).fetchall()]
-    except duckdb.CatalogException:
-        return []
-
-
 def changes(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """``[{deployment_id, column, before, after, partition}]``: a column's value in one
     partition against the previous partition's (partition values in order), as text."""
     if not _exists(con, VERSIONS_TABLE):
         return []
     held = {name for name, *_ in con.execute(f"describe {VERSIONS_TABLE}").fetchall()}
-    parts = [p for p in _partition_columns(con, "deployments") if p in held]
+    parts = [p for p in partition_columns(con, "deployments") if p in held]
     if not parts:
         return []
     result = con.execute(f"select * from {VERSIONS_TABLE} order by deployment_id, "

@@ -76,7 +76,9 @@ def trtllm_responses(head: str) -> int:
 
 
 def llamacpp_log(head: str) -> int:
-    return STRONG if _found(r"print_timing|update_slots|draft acceptance|#calls\(b,g,a\)|\bn_drafted\b|"
+    # the per-round line names its function: update_slots, or operator() in a current build's lambda
+    return STRONG if _found(r"print_timing|update_slots|accepted +\d+/ *\d+ draft tokens|draft acceptance|"
+                            r"#calls\(b,g,a\)|\bn_drafted\b|"
                             r'"timings"\s*:|"(draft_n|predicted_per_token_ms)"\s*:|\bllama_perf_')(head) else NO
 
 
