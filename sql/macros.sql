@@ -77,3 +77,15 @@ create or replace macro poisson_weight(h) as cast(poisson1_draw(h) as double);
 -- views keep such rows apart (interval_acceptance.benchmark) and the logs speedup never
 -- reads them (log_intervals takes engine logs only).
 create or replace macro benchmark_source(interval_source) as interval_source in ('vllm_bench', 'sglang_bench');
+
+-- Channel reconciliation (reconciliation): two channels of one engine disagree when a
+-- total differs by more than this share of the reference channel's (docs/metrics.md),
+-- counted over their common time span widened by the slack on each side (clocks differ
+-- between channels: a llama.cpp response's `created` is a whole second).
+create or replace macro reconciliation_tolerance() as 0.01;
+create or replace macro reconciliation_slack_us() as 1000000;
+create or replace macro relative_difference(x, reference) as
+    case when reference <> 0 then (x - reference) / reference when x = reference then 0.0 end;
+create or replace macro disagrees_with(x, reference) as
+    coalesce(x <> reference and (reference = 0 or abs((x - reference) / reference) > reconciliation_tolerance()),
+             false);

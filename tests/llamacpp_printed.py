@@ -15,20 +15,43 @@ from click.testing import CliRunner
 
 from analyzer.cli import main
 
-REQUEST_LINE = re.compile(r"draft acceptance = [0-9.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
-ROUND_LINE = re.compile(r"accepted (\d+)/(\d+) draft tokens, new n_tokens = \d+")
+REQUEST_LINE = re.compile(r"task (\d+) \| draft acceptance = [0-9.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
+# LLAMA_TRACE's line, printed for every round; the debug line skips the round that ends a request
+TRACE_ROUND = re.compile(r"task (\d+) \| accepted +(\d+)/ *(\d+) draft tokens$", re.MULTILINE)
+DEBUG_ROUND = re.compile(r"task (\d+) \| accepted (\d+)/(\d+) draft tokens, new n_tokens = \d+")
+
+
+def log_requests(log: Path) -> dict[str, tuple[int, int]]:
+    """Per request (`slot 0 task T`, the only slot): (accepted, drafted) of its draft acceptance line."""
+    found = {f"slot 0 task {t}": (int(a), int(g)) for t, a, g in REQUEST_LINE.findall(log.read_text(errors="replace"))}
+    assert found, f"no 'draft acceptance' line in {log}"
+    return found
 
 
 def log_request_totals(log: Path) -> tuple[int, int]:
-    pairs = [(int(a), int(g)) for a, g in REQUEST_LINE.findall(log.read_text(errors="replace"))]
-    assert pairs, f"no 'draft acceptance' line in {log}"
+    pairs = log_requests(log).values()
     return sum(a for a, _ in pairs), sum(g for _, g in pairs)
 
 
-def log_round_totals(log: Path) -> tuple[int, int]:
-    pairs = [(int(a), int(d)) for a, d in ROUND_LINE.findall(log.read_text(errors="replace"))]
-    assert pairs, f"no per-round 'accepted A/D draft tokens' line in {log}"
-    return sum(a for a, _ in pairs), sum(d for _, d in pairs)
+def log_rounds(log: Path, pattern: re.Pattern = TRACE_ROUND) -> dict[str, list[tuple[int, int]]]:
+    """Per request: its per-round lines' (accepted, drafted), in order."""
+    rounds: dict[str, list[tuple[int, int]]] = {}
+    for t, a, d in pattern.findall(log.read_text(errors="replace")):
+        rounds.setdefault(f"slot 0 task {t}", []).append((int(a), int(d)))
+    assert rounds, f"no per-round 'accepted A/D draft tokens' line in {log}"
+    return rounds
+
+
+def sums(rounds: dict[str, list[tuple[int, int]]]) -> dict[str, tuple[int, int]]:
+    return {r: (sum(a for a, _ in steps), sum(d for _, d in steps)) for r, steps in rounds.items()}
+
+
+def imported_rounds(root: Path) -> dict[str, list[tuple[int, int]]]:
+    rows = sorted(pq.read_table(root / "rounds").to_pylist(), key=lambda r: (r["request_id"], r["round_idx"]))
+    out: dict[str, list[tuple[int, int]]] = {}
+    for r in rows:
+        out.setdefault(r["request_id"], []).append((r["num_accepted_tokens"], r["num_draft_tokens"]))
+    return out
 
 
 def response_totals(run_dir: Path) -> tuple[int, int]:
@@ -64,17 +87,30 @@ def imported_totals(root: Path, table: str, accepted: str, drafted: str) -> tupl
     return sum(r[accepted] or 0 for r in rows), sum(r[drafted] or 0 for r in rows)
 
 
+def dated_scrapes(run_dir: Path, into: Path) -> list[Path]:
+    """The two scrapes, each named with the time run.sh took it (a text scrape has no time of its own; a
+    copy, such as a fixture's checkout, loses the modification time curl gave it)."""
+    into.mkdir(parents=True, exist_ok=True)
+    out = []
+    for n in (0, 1):
+        when = (run_dir / f"metrics-{n}.time").read_text().strip()
+        out.append(into / f"metrics-{when}Z.prom")
+        out[-1].write_bytes((run_dir / f"metrics-{n}.prom").read_bytes())
+    return out
+
+
 def channel_totals_agree(run_dir: Path, deployment: str, tmp_path: Path) -> tuple[int, int]:
     """Every channel of one run, as printed and as imported, has the log's accepted and drafted totals."""
-    printed = log_request_totals(run_dir / "server.log")
-    assert log_round_totals(run_dir / "server.log") == printed
+    log = run_dir / "server.log"
+    printed = log_request_totals(log)
+    assert sums(log_rounds(log)) == log_requests(log)       # every round printed, per request
     assert response_totals(run_dir) == printed
     assert scrape_totals(run_dir) == printed
 
     log_root = tmp_path / "log"
     specan("import", "llamacpp-log", run_dir / "server.log", "--deployment", deployment, "--out", log_root)
     assert imported_totals(log_root, "intervals", "num_accepted_tokens", "num_draft_tokens") == printed
-    assert imported_totals(log_root, "rounds", "num_accepted_tokens", "num_draft_tokens") == printed
+    assert imported_rounds(log_root) == log_rounds(log)      # the rounds, one by one, as printed
 
     resp_root = tmp_path / "responses"
     specan("import", "llamacpp-log", run_dir / "responses.jsonl", run_dir / "stream.sse", "--deployment",
@@ -82,8 +118,7 @@ def channel_totals_agree(run_dir: Path, deployment: str, tmp_path: Path) -> tupl
     assert imported_totals(resp_root, "intervals", "num_accepted_tokens", "num_draft_tokens") == printed
 
     prom_root = tmp_path / "prometheus"
-    for n in (0, 1):
-        specan("import", "prometheus", run_dir / f"metrics-{n}.prom", "--deployment", deployment,
-               "--time", (run_dir / f"metrics-{n}.time").read_text().strip(), "--out", prom_root)
+    specan("import", "prometheus", *dated_scrapes(run_dir, tmp_path / "scrapes"), "--deployment", deployment,
+           "--out", prom_root)
     assert imported_totals(prom_root, "intervals", "num_accepted_tokens", "num_draft_tokens") == printed
     return printed

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llamacpp_printed import channel_totals_agree, log_request_totals, specan
+from llamacpp_printed import channel_totals_agree, dated_scrapes, log_request_totals, specan
 
 RUN_SH = Path(__file__).parents[1] / "e2e" / "llamacpp" / "run.sh"
 DRAFT_N_MAX = (4, 2)
@@ -48,8 +48,7 @@ def test_report_on_all_channels_of_one_run_has_a_verdict(e2e_out, tmp_path):
     run_dir, root = e2e_out / "same", tmp_path / "traces"
     specan("import", "llamacpp-log", run_dir / "server.log", run_dir / "responses.jsonl", run_dir / "stream.sse",
            "--deployment", "same", "--out", root)
-    for n in (0, 1):
-        specan("import", "prometheus", run_dir / f"metrics-{n}.prom", "--deployment", "same",
-               "--time", (run_dir / f"metrics-{n}.time").read_text().strip(), "--out", root)
+    specan("import", "prometheus", *dated_scrapes(run_dir, tmp_path / "scrapes"), "--deployment", "same",
+           "--out", root)
     report = specan("report", root)
     assert re.search(r"(?im)^.*\bwhat to do\b", report.output), report.output[-2000:]

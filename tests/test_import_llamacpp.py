@@ -432,7 +432,7 @@ def test_per_round_debug_lines_become_rounds(tmp_path):
     # its time 0.01.883.943 after --start
     assert [(r["series"], r["end_time"], r["num_drafts"]) for r in rows(out, "intervals")] == [
         ("slot 3 task 1", t("2026-07-01T00:00:01.883943"), 10)]
-    assert any(n.startswith("1 round of 1 request from llama.cpp's per-round debug lines") for n in notes(out))
+    assert any(n.startswith("1 round of 1 request from llama.cpp's per-round lines") for n in notes(out))
     assert_clean(out)
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from llamacpp_printed import channel_totals_agree, log_request_totals
+from llamacpp_printed import (DEBUG_ROUND, channel_totals_agree, imported_rounds, log_request_totals, log_requests,
+                             log_rounds, specan, sums)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp_e2e"
 RUNS = sorted(p.parent.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("*/*/server.log"))
@@ -34,3 +35,20 @@ def test_same_draft_accepts_far_more_than_other(n_max):
     other_a, other_g = log_request_totals(FIXTURES / n_max / "other" / "server.log")
     assert same_a / same_g >= 0.9
     assert other_a / other_g <= 0.5 * same_a / same_g
+
+
+def test_debug_lines_alone_are_completed_by_the_round_they_skip(tmp_path):
+    # Without LLAMA_TRACE only the debug per-round line is printed, and build 11434 returns before it
+    # when a round ends the request: those rounds are the request's totals less its printed rounds.
+    log = FIXTURES / "debug_lines_only" / "server.log"
+    printed, debug = log_requests(log), log_rounds(log, DEBUG_ROUND)
+    short = {r for r in printed if sums(debug).get(r) != printed[r]}
+    assert sum(a for a, _ in sums(debug).values()) == 108 and log_request_totals(log) == (121, 121)
+    assert len(short) == 5
+    root = tmp_path / "t"
+    result = specan("import", "llamacpp-log", log, "--deployment", "d", "--out", root)
+    assert "5 requests: the debug lines miss the round that ended the request" in result.output
+    expected = {r: debug[r] + ([(printed[r][0] - sums(debug)[r][0], printed[r][1] - sums(debug)[r][1])]
+                               if r in short else []) for r in printed}
+    assert imported_rounds(root) == expected
+    assert sum(len(v) for v in expected.values()) == 32

@@ -4,9 +4,10 @@
 # builds llama-server once (build.sh, cached), writes two tiny random-weight models, and for
 # OUT/same (draft = target) and OUT/other (draft = other random weights) starts llama-server on
 # 127.0.0.1 with the draft, sends a fixed set of greedy requests, and leaves there:
-#   server.log        the server's log at debug verbosity (per-round "accepted A/D draft tokens"
-#                     lines, per-request "draft acceptance" and trace "acc per pos" lines)
-#   responses.jsonl   one non-streamed /completion response per line
+#   server.log        the server's log at debug verbosity with LLAMA_TRACE=1: per-round "accepted A/D
+#                     draft tokens" lines (the trace one of every round; the debug one, which skips the
+#                     round that ends a request), per-request "draft acceptance" and "acc per pos" lines
+#   responses.jsonl   one non-streamed /v1/completions response per line (it carries `created`)
 #   stream.sse        the streamed responses as received (data: lines)
 #   metrics-0.prom    /metrics before the requests, metrics-1.prom after them
 #   metrics-N.time    the UTC time of each scrape (a text scrape has none of its own: import --time)
@@ -55,7 +56,7 @@ one_run() {
     rm -f "$dir/responses.jsonl" "$dir/stream.sse"
     local port
     port="$(free_port)"
-    "$server" -m "$models/target.gguf" -md "$draft" --spec-type draft-simple \
+    LLAMA_TRACE=1 "$server" -m "$models/target.gguf" -md "$draft" --spec-type draft-simple \
         --spec-draft-n-max "$draft_n_max" --spec-draft-n-min 0 --spec-draft-p-min 0 \
         --host 127.0.0.1 --port "$port" --metrics -lv 5 --log-timestamps --log-prefix \
         -c 512 -np 1 -t 1 --no-warmup > "$dir/server.log" 2>&1 &
@@ -75,10 +76,10 @@ one_run() {
         if [[ "$req" == stream\ * ]]; then
             body="${req#stream }"
             body="${body%\}}, \"stream\": true, \"top_k\": 1, \"temperature\": 0, \"seed\": 1}"
-            curl -sfN "$base/completion" -H 'Content-Type: application/json' -d "$body" >> "$dir/stream.sse"
+            curl -sfN "$base/v1/completions" -H 'Content-Type: application/json' -d "$body" >> "$dir/stream.sse"
         else
             body="${req%\}}, \"top_k\": 1, \"temperature\": 0, \"seed\": 1}"
-            curl -sf "$base/completion" -H 'Content-Type: application/json' -d "$body" >> "$dir/responses.jsonl"
+            curl -sf "$base/v1/completions" -H 'Content-Type: application/json' -d "$body" >> "$dir/responses.jsonl"
             echo >> "$dir/responses.jsonl"
         fi
     done

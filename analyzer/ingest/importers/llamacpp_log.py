@@ -129,10 +129,24 @@ _LABEL = re.compile(r"prompt eval time =|eval time =|total time =|draft acceptan
 # common_speculative_print_stats: one line per drafter of the slot, counters since the server's start
 _STATS = re.compile(r"statistics\s+(\S+): #calls\(b,g,a\) =\s*(\d+)\s+(\d+)\s+(\d+), #gen drafts =\s*(\d+), "
                     r"#acc drafts =\s*(\d+), #gen tokens =\s*(\d+), #acc tokens =\s*(\d+)")
-# SLT_DBG in update_slots after each verification (-lv 4 / --verbose); build 11434 prints it from a lambda
-# inside update_slots, so its function name is `operator()` (tests/fixtures/llamacpp_e2e/)
-_ROUND = re.compile(r"slot\s+(?:update_slots|operator\(\)): id\s+(\d+) \| task (-?\d+) \| accepted\s+(\d+)/\s*(\d+) draft tokens, "
-                    r"new n_tokens = (\d+)")
+# Two per-round lines: SLT_DBG after each verification (-lv 4 / --verbose), `…, new n_tokens = N`, and
+# with LLAMA_TRACE set an SLT_INF one before the round's tokens are sent (`accepted %2zu/%2zu draft
+# tokens`, padded; `(restore checkpoint)` when the round is rolled back and replayed). Build 11434 prints
+# both from a lambda inside update_slots (function name `operator()`) and returns before the debug line
+# when the round ends its request, so only the trace lines give every round (tests/fixtures/llamacpp_e2e/).
+_ROUND = re.compile(r"slot\s+(?:update_slots|operator\(\)): id\s+(\d+) \| task (-?\d+) \| accepted\s+(\d+)/\s*(\d+) "
+                    r"draft tokens(?:, new n_tokens = (\d+)| (\(restore checkpoint\)))?\s*$")
+# a message llama.cpp printed without its newline runs into the next line's own time (`…parser.0.00.385.841 I
+# spec …`, build 11434): the glued text is the end of another message, not a process prefix
+_GLUED = re.compile(r"^.*?[^\s\d](?=\d{1,4}\.\d{2}\.\d{3}\.\d{3} [IWEDT] )")
+_SPEC_TAG = re.compile(r"(?:^|(?<=\s))spec \S{1,12}:\s*$")
+# what a debug log says of a request besides its timings, for its requests row: the prompt's length (trace),
+# why it stopped (debug; a stop string prints no line) and the KV length when its slot was released
+_REQUEST_FACT = re.compile(r"slot\s+\S+: id\s+(\d+) \| task (-?\d+) \| (?:new prompt, .*task\.n_tokens = (\d+)$"
+                           r"|(stopped by EOS|stopped by limit|stopped by time limit|stopped by indentation limit"
+                           r"|stopped due to running out of context capacity)"
+                           r"|stop processing: n_tokens = (\d+))")
+STOPPED = {"stopped by EOS": ("stop", "eos")}        # every other printed stop is a limit
 _SEPARATOR = re.compile(r"(?:^|(?<=\s))\|(?=\s|$)")    # a log viewer's or docker compose's column bar
 _NOT_SERVER = ("llama_perf_", "llama_print_timings")   # llama-cli / llama-bench's own timing lines
 _N = r"(-?\d+(?:\.\d+)?|-?nan|-?inf)"
@@ -270,6 +284,7 @@ class _Block:
     prompt_ms: float | None = None
     eval_ms: float | None = None
     total_ms: float | None = None
+    eval_tokens: int | None = None   # `eval time = … / N tokens`: the tokens the request generated
     seen: set = field(default_factory=set)
 
 
@@ -312,7 +327,12 @@ class _Import:
         self.intervals: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS}
         self.draft_kinds: list[str] = []           # per intervals row: exact_drafts, approximate, unknown_drafts
         self.rates_of: list[list[float]] = []      # per intervals row: the printed rates per position
-        self.rounds: dict[str, list] = {}          # request id → [time, [(drafted, accepted, new n_tokens)]]
+        # request id → [time, debug rounds [(drafted, accepted, new n_tokens)], trace rounds [(drafted,
+        # accepted)], rolled back (a trace line said "restore checkpoint")]
+        self.rounds: dict[str, list] = {}
+        # request id → what its debug lines say: prompt tokens, (finish_reason, stop_reason), release n_tokens
+        self.facts: dict[str, dict] = {}
+        self.eval_tokens: dict[int, tuple] = {}     # intervals row → its request's (generated tokens, prompt_ms)
         self.anchors: list[tuple[str, int, str]] = []   # per file with relative times: file, anchor µs, how
         self.untimed_anchors: list[tuple[str, str, str, int]] = []   # per file: file, time, how, rows
         self.responses: list[_Response] = []
@@ -391,11 +411,15 @@ class _Import:
     # -- log lines
 
     def log_line(self, line: str, place: str) -> None:
+        line = _GLUED.sub("", line, count=1)
         label = _LABEL.search(line)
         slot = _SLOT.search(line)
         relative = _relative_time(line[:label.start()] if label else line[:slot.start()] if slot else line)
         if relative is not None:
             self.last_relative = relative
+        if label is None and (fact := _REQUEST_FACT.search(line)) is not None:
+            self.request_fact(line[:fact.start()], fact)
+            return
         if label is None or any(marker in line for marker in _NOT_SERVER):
             if slot is not None and not line[slot.end():].strip():
                 process = _process(line[:slot.start()])
@@ -448,6 +472,8 @@ class _Import:
             block = self.blocks[key] = _Block(place, *ids, process=process)
         block.seen.add(field_name)
         setattr(block, field_name, _float(m.group(1)))
+        if field_name == "eval_ms":
+            block.eval_tokens = int(m.group(2))
         block.time = time if time is not None else block.time
         block.relative = relative if relative is not None else block.relative
         block.problem = problem or block.problem
@@ -480,6 +506,8 @@ class _Import:
                           drafts=n, exact=exact, drafted=numbers["drafted"], accepted=numbers["accepted"],
                           rates=numbers["rates"], source=LOG_SOURCE, mean=numbers["mean"])
         index = len(self.intervals["end_time"]) - 1
+        if block.eval_tokens is not None:
+            self.eval_tokens[index] = (block.eval_tokens, block.prompt_ms)
         if time is None:
             self.relative_rows.append(index)
         if block.slot is not None:
@@ -500,7 +528,9 @@ class _Import:
         if m is None:
             self.skip(NOT_PARSED, place)
             return
-        prefix = line[:at]
+        # a current build's own tag before the message (`spec common_specu:`, its module and function
+        # name cut to 12 characters) is not part of the process prefix the request's lines share
+        prefix = _SPEC_TAG.sub("", line[:at])
         process = _process(prefix)
         drafter = m.group(1)
         begins, _, accepts, _, _, gen_tokens, acc_tokens = (int(x) for x in m.groups()[1:])
@@ -586,15 +616,26 @@ class _Import:
         if time is None:
             self.relative_rows.append(index)
 
+    def request_fact(self, prefix: str, m: re.Match) -> None:
+        request = f"{_process(prefix)} slot {m.group(1)} task {m.group(2)}".strip()
+        facts = self.facts.setdefault(request, {})
+        if m.group(3) is not None:
+            facts["prompt_tokens"] = int(m.group(3))
+        elif m.group(4) is not None:
+            facts["finish"] = STOPPED.get(m.group(4), ("length", "length"))
+        else:
+            facts["released_n_tokens"] = int(m.group(5))
+
     def round_line(self, line: str, at: int, relative: int | None, place: str) -> None:
-        """``slot update_slots: id S | task T | accepted A/D draft tokens, new n_tokens = N`` (debug
-        verbosity): one verification round of request ``slot S task T``, in the order printed."""
+        """A per-round line of request ``slot S task T``, in the order printed: the debug one (``accepted
+        A/D draft tokens, new n_tokens = N``) or the trace one (``accepted  A/ D draft tokens``)."""
         m = _ROUND.match(line, at)
         if m is None:
             self.skip(NOT_PARSED, place)
             return
         prefix = line[:at]
-        slot, task, accepted, drafted, n_tokens = (int(x) for x in m.groups())
+        slot, task, accepted, drafted = (int(x) for x in m.groups()[:4])
+        n_tokens, restored = m.group(5), m.group(6) is not None
         if accepted > drafted:
             self.skip(CONTRADICTS, place)
             return
@@ -603,11 +644,100 @@ class _Import:
         time = _shipper_time(prefix)[0]
         entry = self.rounds.get(request)
         if entry is None:
-            entry = self.rounds[request] = [time if time is not None else relative, []]
+            entry = self.rounds[request] = [time if time is not None else relative, [], [], False]
             if time is None and relative is not None:
                 self.relative_rounds.append(request)
-        entry[1].append((drafted, accepted, n_tokens))
+        if n_tokens is not None:
+            entry[1].append((drafted, accepted, int(n_tokens)))
+            self.layouts["per-round debug line"] += 1
+        else:
+            entry[2].append((drafted, accepted))
+            entry[3] = entry[3] or restored
+            self.layouts["per-round trace line"] += 1
         self.rows_in_file += 1
+
+    def request_rounds(self) -> dict[str, list[tuple[int, int, int | None]]]:
+        """Per request, its rounds as (drafted, accepted, context_len): the trace lines where the request
+        printed them (every round), else the debug lines, completed by the round they skip (the one that
+        ended the request) where the request's totals and exact number of verification steps give it.
+        A request whose lines can't be made exact gives no rounds (counted in self.counts)."""
+        totals = {}
+        for index, series in enumerate(self.intervals["series"]):
+            exact = self.draft_kinds[index] in ("exact_drafts", "from_statistics")
+            totals[series] = (self.intervals["num_draft_tokens"][index], self.intervals["num_accepted_tokens"][index],
+                              self.intervals["num_drafts"][index] if exact else None)
+        out = {}
+        for request, (_, debug, trace, restored) in self.rounds.items():
+            contexts = [n - (a + 1) for _, a, n in debug]
+            if trace:
+                if restored:
+                    self.counts["rounds_rolled_back"] += 1     # a replayed round is counted twice by its lines
+                    continue
+                if [(d, a) for d, a, _ in debug] != trace[:len(debug)]:
+                    self.counts["rounds_lines_disagree"] += 1
+                    continue
+                steps = trace
+            else:
+                steps = [(d, a) for d, a, _ in debug]
+                total = totals.get(request)
+                sums = (sum(d for d, _ in steps), sum(a for _, a in steps))
+                if total is not None and sums != total[:2]:
+                    drafted, accepted = total[0] - sums[0], total[1] - sums[1]
+                    if total[2] == len(steps) + 1 and 0 <= accepted <= drafted and drafted > 0:
+                        steps = steps + [(drafted, accepted)]
+                        self.counts["rounds_completed"] += 1
+                    else:
+                        self.counts["rounds_short"] += 1
+                        continue
+            if len(contexts) < len(steps):    # the round after the last debug line starts where it ended
+                contexts.append(debug[-1][2] if debug and len(contexts) == len(steps) - 1 else None)
+                contexts.extend([None] * (len(steps) - len(contexts)))
+            out[request] = [(d, a, c) for (d, a), c in zip(steps, contexts)]
+        return out
+
+    def link_rounds(self, kept_rounds: dict[str, list]) -> tuple[dict[str, str], list[dict]]:
+        """The requests the per-round lines belong to. A response of the same import with the same prompt
+        and output tokens and the same drafted and accepted tokens is that request (the n-th such log
+        request, in time order, is the n-th such response): its rounds take the response's id. Otherwise
+        a requests row from the log: its print_timing block (times, generated tokens), its prompt length
+        (the trace line `new prompt, … task.n_tokens = N`, else the release line's KV length less what it
+        generated) and why it stopped (the debug `stopped by …` line; none printed is a stop string).
+        → (log request id → the response id it is, requests rows from the log)."""
+        cols = self.intervals
+        row_of = {series: i for i, (series, source) in enumerate(zip(cols["series"], cols["source"]))
+                  if source == LOG_SOURCE}
+        candidates = []
+        for request, steps in kept_rounds.items():
+            index = row_of.get(request)
+            if index is None or index not in self.eval_tokens or cols["start_time"][index] is None:
+                self.counts["rounds_without_block"] += 1
+                continue
+            output_tokens, prompt_ms = self.eval_tokens[index]
+            facts = self.facts.get(request, {})
+            prompt_tokens = facts.get("prompt_tokens")
+            if prompt_tokens is None and "released_n_tokens" in facts:
+                prompt_tokens = facts["released_n_tokens"] - output_tokens + 1
+            finish = facts.get("finish")
+            if finish is None and self.rounds[request][1]:     # at debug verbosity: only a stop string is silent
+                finish = ("stop", "stop_string")
+            candidates.append(dict(request=request, start=cols["start_time"][index], end=cols["end_time"][index],
+                                   prompt_ms=prompt_ms, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                                   finish=finish, drafted=cols["num_draft_tokens"][index],
+                                   accepted=cols["num_accepted_tokens"][index]))
+        signature = lambda prompt, output, drafted, accepted: (prompt, output, drafted, accepted)  # noqa: E731
+        waiting: dict[tuple, list[_Response]] = {}
+        for r in sorted(self.responses, key=lambda r: r.arrival):
+            waiting.setdefault(signature(r.prompt_tokens, r.output_tokens, r.drafted, r.accepted), []).append(r)
+        linked, rows = {}, []
+        for c in sorted(candidates, key=lambda c: c["start"]):
+            same = waiting.get(signature(c["prompt_tokens"], c["output_tokens"], c["drafted"], c["accepted"]))
+            if same:
+                linked[c["request"]] = same.pop(0).request_id
+            elif c["prompt_tokens"] is None or c["finish"] is None:
+                self.counts["rounds_without_request"] += 1
+            else:
+                rows.append(c)
+        return linked, rows
 
     def anchor(self, path: Path) -> None:
         """Relative times of this file → absolute: --start, else the file's modification time minus its
@@ -916,7 +1046,9 @@ class _Import:
 
     def write(self) -> ImportSummary:
         summary, dep = self.summary, self.deployment_id
-        drafted = bool(self.intervals["end_time"]) or any(d for _, steps in self.rounds.values() for d, _, _ in steps)
+        kept_rounds = self.request_rounds()
+        drafted = bool(self.intervals["end_time"]) or any(
+            d for _, debug, trace, _ in self.rounds.values() for d, *_ in debug + trace)
         models = Counter(r.model for r in self.responses if r.model)
         row = deployment_row(dep, self.overrides, model=models.most_common(1)[0][0] if models else None,
                              speculated=drafted, num_spec_tokens=self.max_positions or None)
@@ -933,17 +1065,32 @@ class _Import:
                          output_tokens=r.output_tokens, finish_reason=r.finish_reason, **r.wrapper)
             if plain:
                 rounds.add(dep, r.request_id, reconcile([], r.output_tokens).rounds, r.stop_reason, r.arrival)
-        self.notes(plain, merged.method, bool(self.responses))
-        if len(requests):
-            self.writer.add("requests", requests.cols, times=requests.cols["arrival_time"],
-                            drop_empty_optional=OPTIONAL_REQUEST_COLUMNS)
         context: list[int] | None = None
         if self.rounds and not plain:
             context = []
-            for request, (time, steps) in self.rounds.items():
-                # new n_tokens is the KV length after the round: before it, that minus the tokens it committed
-                rounds.add(dep, request, [(d, a, a + 1) for d, a, _ in steps], None, time)
-                context.extend(n - (a + 1) for _, a, n in steps)
+            linked, log_requests = self.link_rounds(kept_rounds)
+            for c in log_requests:
+                first = c["start"] + ms_us(c["prompt_ms"]) if c["prompt_ms"] is not None else None
+                requests.add(deployment_id=dep, request_id=c["request"], arrival_time=c["start"],
+                             first_token_time=first, finish_time=c["end"], prompt_tokens=c["prompt_tokens"],
+                             output_tokens=c["output_tokens"], finish_reason=c["finish"][0])
+            stops = {c["request"]: c["finish"][1] for c in log_requests}
+            stops.update((log_id, next(r.stop_reason for r in self.responses if r.request_id == rid))
+                         for log_id, rid in linked.items())
+            arrivals = {r.request_id: r.arrival for r in self.responses}
+            arrivals.update((c["request"], c["start"]) for c in log_requests)
+            for request, steps in kept_rounds.items():
+                rid = linked.get(request, request)
+                if rid not in arrivals:
+                    continue                  # no requests row: counted in rounds_without_block / _request
+                rounds.add(dep, rid, [(d, a, a + 1) for d, a, _ in steps], stops.get(request), arrivals[rid])
+                context.extend(c for _, _, c in steps)
+            self.counts["rounds_linked"] += len(linked)
+            self.counts["log_requests"] += len(log_requests)
+        self.notes(plain, merged.method, bool(self.responses), kept_rounds)
+        if len(requests):
+            self.writer.add("requests", requests.cols, times=requests.cols["arrival_time"],
+                            drop_empty_optional=OPTIONAL_REQUEST_COLUMNS)
         if len(rounds):
             columns = dict(rounds.cols, **({"context_len": context} if context is not None else {}))
             self.writer.add("rounds", columns, times=rounds.times)
@@ -952,7 +1099,7 @@ class _Import:
                             drop_empty_optional=("reported_accept_length", "reported_accept_length_definition"))
         return finish(self.writer, summary, dep)
 
-    def notes(self, plain: bool, method: str, responses: bool) -> None:
+    def notes(self, plain: bool, method: str, responses: bool, kept_rounds: dict[str, list]) -> None:
         note = lambda text: self.summary.note(text, self.deployment_id)  # noqa: E731
         plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
         c = self.counts + Counter(self.draft_kinds) + Counter({"statistics only": self.layouts["statistics only"]})
@@ -994,18 +1141,47 @@ class _Import:
             note(f"{plural(c['statistics only'], 'request')} without a draft acceptance line: drafted, accepted "
                  "and num_drafts from the `statistics` lines alone (#gen tokens, #acc tokens, #calls a, "
                  "differenced)")
-        if self.rounds:
-            n_rounds = sum(len(steps) for _, steps in self.rounds.values())
-            note(f"{plural(n_rounds, 'round')} of {plural(len(self.rounds), 'request')} from llama.cpp's per-round "
-                 "debug lines (`accepted A/D draft tokens, new n_tokens = N`), in the order printed: request_id "
-                 "`slot S task T`, num_committed_tokens = A + 1, context_len = N − (A + 1). No requests rows (the "
-                 "debug lines carry no prompt or output totals); a round the log does not print (no draft) is "
-                 "missing")
+        if kept_rounds:
+            n_rounds = sum(len(steps) for steps in kept_rounds.values())
+            note(f"{plural(n_rounds, 'round')} of {plural(len(kept_rounds), 'request')} from llama.cpp's per-round "
+                 "lines, in the order printed: the trace lines (`accepted A/ D draft tokens`, LLAMA_TRACE set) where "
+                 "a request has them, else the debug lines (`accepted A/D draft tokens, new n_tokens = N`); "
+                 "num_committed_tokens = A + 1, context_len = N − (A + 1); a round the log does not print (no draft) "
+                 "is missing")
+        if c["rounds_linked"]:
+            note(f"{plural(c['rounds_linked'], 'request')} of the log are responses of this import (the same prompt, "
+                 "output, drafted and accepted tokens; the n-th such log request in time order is the n-th such "
+                 "response): their rounds carry the response's id")
+        if c["log_requests"]:
+            note(f"{plural(c['log_requests'], 'requests row')} from the log (request_id `slot S task T`): arrival = "
+                 "the print_timing block's end − total time, first token = arrival + prompt eval time, finish = the "
+                 "block's end; output_tokens = the eval line's tokens; prompt_tokens = the trace line's task.n_tokens, "
+                 "else the release line's n_tokens − output_tokens + 1; finish_reason from the debug `stopped by …` "
+                 "line (EOS: stop; a limit: length; none printed: a stop string)")
+        if c["rounds_without_block"] or c["rounds_without_request"]:
+            n = c["rounds_without_block"] + c["rounds_without_request"]
+            note(f"{plural(n, 'request')} with per-round lines but no requests row (no print_timing block with its "
+                 "times, or no prompt length or stop reason in the log, and no matching response in this import): "
+                 "their rounds are not written; import the log with the responses, or at debug verbosity")
+        if c["rounds_completed"]:
+            note(f"{plural(c['rounds_completed'], 'request')}: the debug lines miss the round that ended the request "
+                 "(llama.cpp returns before printing it); that round is the request's drafted and accepted tokens "
+                 "(draft acceptance line) less its printed rounds, as its verification steps are one more than them")
+        if c["rounds_short"]:
+            note(f"{plural(c['rounds_short'], 'request')} whose debug per-round lines do not add up to the request's "
+                 "draft acceptance line, and the difference is not one round: no rounds from them (their intervals "
+                 "row stays); run with LLAMA_TRACE=1 to print every round")
+        if c["rounds_lines_disagree"]:
+            note(f"{plural(c['rounds_lines_disagree'], 'request')} whose trace and debug per-round lines disagree: "
+                 "no rounds from them (their intervals row stays)")
+        if c["rounds_rolled_back"]:
+            note(f"{plural(c['rounds_rolled_back'], 'request')} with a rolled-back round (`restore checkpoint`): "
+                 "its replay prints the replayed tokens as accepted again, so no rounds from them (their intervals "
+                 "row stays)")
         if intervals:
             note(f"{plural(intervals, 'request')} that drafted: one intervals row each, its own series (`slot S task "
                  "T`, or the response id), with the request's drafted and accepted tokens exactly; start_time = "
-                 "end_time − llama.cpp's total time (prompt eval + eval). These lines give no rounds: they are "
-                 "per-request totals, not the number of rounds or the drafts of each")
+                 "end_time − llama.cpp's total time (prompt eval + eval)")
         if c["exact_drafts"]:
             note(f"num_drafts is exact on {plural(c['exact_drafts'], 'interval')}: the only whole number of "
                  "verification steps that the printed mean acceptance length (2 decimals) and rates per position "
