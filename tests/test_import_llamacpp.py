@@ -76,13 +76,14 @@ def test_rate_layout_one_interval_per_request(tmp_path):
 def test_rate_layout_skips_and_notes(tmp_path):
     out, summary = imported(tmp_path, "rate.log")
     # 31 lines: 3 requests (lines 3-7, 10-14, 27-30) and the block of lines 20-24 without a wall-clock time;
-    # line 31 cut; other: n_decoded lines 1, 2, 8, 9, release 18 and 26, idle 19 = 7. Statistics 15-17 are the
+    # line 31 cut; other: n_decoded lines 1, 2, 8, 9, idle 19 = 5 (release 18 and 26 are request lines: the KV
+    # length a requests row's prompt_tokens comes from where its rounds are in the log). Statistics 15-17 are the
     # first of their slot and drafters with b = 10 (nothing to difference), 25 follows a block that has no clock
-    assert summary.skipped == {OTHER_LINE: 7, STATS_UNUSED: 4, NO_CLOCK: 1, NOT_PARSED: 1}
+    assert summary.skipped == {OTHER_LINE: 5, STATS_UNUSED: 4, NO_CLOCK: 1, NOT_PARSED: 1}
     kept = notes(out)
     assert f"1 line skipped ({NO_CLOCK}), first at {FIXTURES / 'rate.log'}:24" in kept
     assert f"1 line skipped ({NOT_PARSED}), first at {FIXTURES / 'rate.log'}:31" in kept
-    assert "layouts read: rate (3)" in kept
+    assert "layouts read: rate (3), request line (`new prompt`, `stopped by`, release) (2)" in kept
     assert any(n.startswith("num_drafts unknown on 3 intervals") for n in kept)
     assert any(n.startswith("3 requests that drafted: one intervals row each") for n in kept)
     assert not any(OTHER_LINE in n for n in kept)      # other lines are printed, not kept
@@ -118,7 +119,7 @@ def test_mean_layouts(tmp_path):
          "reported_accept_length": 4.30, "reported_accept_length_definition": MEAN},
     ]
     kept = notes(out)
-    assert "layouts read: acceptance (1), mean acceptance length (1), mean len (1)" in kept
+    assert "layouts read: acceptance (1), mean acceptance length (1), mean len (1), request line (`new prompt`, `stopped by`, release) (2)" in kept
     # the PR #24536 request: its statistics line (b = 1, a = 87) gives the 87 that the mean allows
     assert any(n.startswith("num_drafts from the `statistics` lines on 1 interval") for n in kept)
     assert any(n.startswith("num_drafts is approximate on 1 interval:") for n in kept)
@@ -417,7 +418,7 @@ def test_statistics_lines_differenced_per_request(tmp_path):
     assert rows(out, "intervals")[2]["start_time"] == t("2026-05-14T23:40:17.512050")
     assert summary.skipped[STATS_UNUSED] == 1
     kept = notes(out)
-    assert "layouts read: rate (2), statistics only (1)" in kept
+    assert "layouts read: rate (2), request line (`new prompt`, `stopped by`, release) (3), statistics only (1)" in kept
     assert any(n.startswith("num_drafts from the `statistics` lines on 2 intervals") for n in kept)
     assert_clean(out)
 
@@ -581,8 +582,8 @@ def test_cli_import_prints_the_summary(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"specan import llamacpp-log → {out}")
     assert "intervals            6 rows" in result.stdout          # 3 + 3
-    # other lines: 7 in rate.log; in mean.log the two graphs reused lines, two release lines, idle
-    assert "       12  not llama.cpp timing output" in result.stdout
+    # other lines: 5 in rate.log; in mean.log the two graphs reused lines and idle (release lines are read)
+    assert "        8  not llama.cpp timing output" in result.stdout
 
 
 def test_cli_nothing_imports_is_one_line_exit_2(tmp_path):

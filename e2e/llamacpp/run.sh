@@ -11,6 +11,8 @@
 #   stream.sse        the streamed responses as received (data: lines)
 #   metrics-0.prom    /metrics before the requests, metrics-1.prom after them
 #   metrics-N.time    the UTC time of each scrape (a text scrape has none of its own: import --time)
+#   server.start      the UTC time the server was started (llama.cpp's log times count from it: --start)
+# LLAMA_TRACE=0 in the environment leaves the trace lines out (the debug per-round lines alone).
 # The server it started is stopped by its process id on every exit, failure included.
 set -euo pipefail
 out="${1:?usage: run.sh OUT [SPEC_DRAFT_N_MAX]}"
@@ -56,7 +58,8 @@ one_run() {
     rm -f "$dir/responses.jsonl" "$dir/stream.sse"
     local port
     port="$(free_port)"
-    LLAMA_TRACE=1 "$server" -m "$models/target.gguf" -md "$draft" --spec-type draft-simple \
+    date -u +%Y-%m-%dT%H:%M:%S.%6N > "$dir/server.start"
+    LLAMA_TRACE="${LLAMA_TRACE-1}" "$server" -m "$models/target.gguf" -md "$draft" --spec-type draft-simple \
         --spec-draft-n-max "$draft_n_max" --spec-draft-n-min 0 --spec-draft-p-min 0 \
         --host 127.0.0.1 --port "$port" --metrics -lv 5 --log-timestamps --log-prefix \
         -c 512 -np 1 -t 1 --no-warmup > "$dir/server.log" 2>&1 &

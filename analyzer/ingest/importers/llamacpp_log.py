@@ -619,6 +619,7 @@ class _Import:
     def request_fact(self, prefix: str, m: re.Match) -> None:
         request = f"{_process(prefix)} slot {m.group(1)} task {m.group(2)}".strip()
         facts = self.facts.setdefault(request, {})
+        self.layouts["request line (`new prompt`, `stopped by`, release)"] += 1
         if m.group(3) is not None:
             facts["prompt_tokens"] = int(m.group(3))
         elif m.group(4) is not None:
@@ -1081,9 +1082,10 @@ class _Import:
             arrivals.update((c["request"], c["start"]) for c in log_requests)
             for request, steps in kept_rounds.items():
                 rid = linked.get(request, request)
-                if rid not in arrivals:
-                    continue                  # no requests row: counted in rounds_without_block / _request
-                rounds.add(dep, rid, [(d, a, a + 1) for d, a, _ in steps], stops.get(request), arrivals[rid])
+                # without a requests row (counted in rounds_without_block / _request) the rounds are still
+                # written: the loader rejects them as unknown_request unless another import has the request
+                rounds.add(dep, rid, [(d, a, a + 1) for d, a, _ in steps], stops.get(request),
+                           arrivals.get(rid, self.rounds[request][0]))
                 context.extend(c for _, _, c in steps)
             self.counts["rounds_linked"] += len(linked)
             self.counts["log_requests"] += len(log_requests)
@@ -1162,7 +1164,8 @@ class _Import:
             n = c["rounds_without_block"] + c["rounds_without_request"]
             note(f"{plural(n, 'request')} with per-round lines but no requests row (no print_timing block with its "
                  "times, or no prompt length or stop reason in the log, and no matching response in this import): "
-                 "their rounds are not written; import the log with the responses, or at debug verbosity")
+                 "their rounds are written, and the loader rejects them (unknown_request) unless another import "
+                 "has their request; import the log together with the responses, or a whole debug log")
         if c["rounds_completed"]:
             note(f"{plural(c['rounds_completed'], 'request')}: the debug lines miss the round that ended the request "
                  "(llama.cpp returns before printing it); that round is the request's drafted and accepted tokens "
