@@ -122,3 +122,32 @@ def channel_totals_agree(run_dir: Path, deployment: str, tmp_path: Path) -> tupl
            "--out", prom_root)
     assert imported_totals(prom_root, "intervals", "num_accepted_tokens", "num_draft_tokens") == printed
     return printed
+
+
+def all_channels_report(run_dir: Path, deployment: str, tmp_path: Path) -> tuple[dict, str]:
+    """Every channel of one run imported into one deployment (the log with its responses, so that the
+    rounds link to them; the log's times from the server's start), and the report: (JSON, markdown)."""
+    root = tmp_path / "all"
+    specan("import", "llamacpp-log", run_dir / "server.log", run_dir / "responses.jsonl", run_dir / "stream.sse",
+           "--start", (run_dir / "server.start").read_text().strip(), "--deployment", deployment, "--out", root)
+    specan("import", "prometheus", *dated_scrapes(run_dir, tmp_path / "scrapes"), "--deployment", deployment,
+           "--out", root)
+    doc = json.loads(specan("report", root, "--format", "json").stdout)
+    return doc, specan("report", root).stdout
+
+
+def channels_agree(run_dir: Path, deployment: str, tmp_path: Path) -> tuple[dict, str]:
+    """The report on all channels of a run: no row rejected, four channels that agree, each with exactly the
+    totals llama.cpp printed, and a What to do line."""
+    doc, md = all_channels_report(run_dir, deployment, tmp_path)
+    printed = log_request_totals(run_dir / "server.log")
+    assert doc["input"]["rejected_rows"] == 0, doc["input"]
+    rows = {r["channel"]: r for r in doc["reconciliation"]}
+    assert set(rows) == {"rounds", "llamacpp_log", "llamacpp_response", "prometheus"}, rows
+    for channel, r in rows.items():
+        assert (r["accepted"], r["drafted"]) == printed, (channel, r)
+        assert r["has_common_span"] and not r["disagrees"], (channel, r)
+    # the log's per-position counts (rates × steps) and the rounds' agree where the draft length was reached
+    assert rows["rounds"]["accepted_per_position"] == rows["llamacpp_log"]["accepted_per_position"]
+    assert "## Channels agree?" in md and re.search(r"(?m)^## What to do\n\n- \S", md), md[:3000]
+    return doc, md

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llamacpp_printed import (DEBUG_ROUND, channel_totals_agree, imported_rounds, log_request_totals, log_requests,
+from llamacpp_printed import (DEBUG_ROUND, channel_totals_agree, channels_agree, imported_rounds, log_request_totals, log_requests,
                              log_rounds, specan, sums)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp_e2e"
@@ -52,3 +52,8 @@ def test_debug_lines_alone_are_completed_by_the_round_they_skip(tmp_path):
                                if r in short else []) for r in printed}
     assert imported_rounds(root) == expected
     assert sum(len(v) for v in expected.values()) == 32
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_all_channels_of_a_run_agree_in_the_report(run, tmp_path):
+    channels_agree(FIXTURES / run, run.replace("/", "-"), tmp_path)

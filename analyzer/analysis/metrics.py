@@ -43,6 +43,11 @@ CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms"
 LOG_CURVE_KEYS = ("deployment_id", "baseline_id", "batch_bucket", "num_intervals", "seconds", "generated_tokens",
                   "generation_tokens_per_s", "baseline_intervals", "baseline_seconds",
                   "baseline_generation_tokens_per_s", "baseline_seconds_for_tokens", "speedup", "counted")
+RECONCILIATION_KEYS = ("deployment_id", "channel", "reference_channel", "is_reference", "num_channels",
+                       "has_common_span", "span_start", "span_end", "num_rows", "accepted", "drafted", "drafts",
+                       "acceptance_rate", "mean_accept_length", "accepted_per_position", "extends_beyond_span",
+                       "accepted_difference", "drafted_difference", "accept_length_difference",
+                       "position_difference", "disagrees")
 LOG_LEFT_OUT = {"intervals_without_start": "without a start", "idle_intervals": "idle (0 running)",
                 "intervals_without_throughput": "without a generation throughput",
                 "intervals_without_running": "without a running count"}
@@ -192,6 +197,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     anomaly_checks = rows(con, "select * from anomaly_checks order by deployment_id, kind")
     notes += _anomaly_notes(anomaly_checks)
     notes += [f"import: {n}" for n in _import_notes(con)]
+    reconciliation = [_pick(r, RECONCILIATION_KEYS) for r in rows(con, """
+        select * from reconciliation order by deployment_id, not is_reference, channel""")]
+    notes += reconciliation_notes(reconciliation)
     mismatch = output_tokens_mismatch(con)
     changed, conflicted = versions.changes(con), versions.conflicts(con)
     notes = (_input_notes(summary) + versions.notes(changed, conflicted) + _mismatch_notes(mismatch)
@@ -213,6 +221,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         "intervals": intervals,
         "interval_load": interval_load,
         "log_load_curve": log_load_curve,
+        "reconciliation": reconciliation,
         "anomalies": anomalies,
         "anomaly_checks": anomaly_checks,
         # read back from the database: the values the view used, whatever set them
@@ -361,6 +370,38 @@ def output_tokens_mismatch(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str
         from output_tokens_mismatch group by deployment_id order by deployment_id""").fetchall()
     return {dep: {"requests": n, "checked_requests": checked, "examples": examples}
             for dep, n, checked, examples in found}
+
+
+def _signed_share(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:+.1f} %"
+
+
+def reconciliation_notes(rows_: list[dict[str, Any]]) -> list[str]:
+    """One note per channel that disagrees with its deployment's reference channel, and per deployment
+    whose channels share no time."""
+    notes = []
+    for r in rows_:
+        dep, channel, reference = r["deployment_id"], r["channel"], r["reference_channel"]
+        if not r["has_common_span"]:
+            if r["is_reference"]:
+                notes.append(f"{dep}: its {r['num_channels']} channels of acceptance counts share no time span, so "
+                             "they are not compared (reconciliation); were they imported with the same clock?")
+            continue
+        if not r["disagrees"]:
+            continue
+        parts = [f"accepted {r['accepted']:,} ({_signed_share(r['accepted_difference'])})",
+                 f"drafted {r['drafted']:,} ({_signed_share(r['drafted_difference'])})"]
+        if r["accept_length_difference"] is not None:
+            parts.append(f"mean accept length {r['mean_accept_length']:.3f} "
+                         f"({_signed_share(r['accept_length_difference'])})")
+        if r["position_difference"] is not None:
+            parts.append(f"per-position accepted counts up to {r['position_difference'] * 100:.1f} % apart")
+        beyond = (" Its rows reach beyond the common span, so it may count traffic the others did not see."
+                  if r["extends_beyond_span"] else "")
+        notes.append(f"{dep}: the channels disagree: {channel} against {reference} over "
+                     f"{r['span_start']} – {r['span_end']}: " + ", ".join(parts)
+                     + f" (more than 1 % apart; reconciliation).{beyond}")
+    return notes
 
 
 def _mismatch_notes(mismatch: dict[str, dict[str, Any]]) -> list[str]:

@@ -38,11 +38,11 @@ def render(doc: dict[str, Any]) -> str:
     sections: list[Callable[[dict], str]] = [
         _header, _what_to_do, _regressions, _findings, _summary, _ledger, _positions, _truncation, _structured, _load_curve,
         _latency, _categories, _slices, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals,
-        _anomalies, _gates, _notes,
+        _reconciliation, _anomalies, _gates, _notes,
     ]
     if doc["input"]["rounds"] == 0 and doc.get("intervals"):
         # Aggregate counters only (vllm-log or prometheus imports): the decision, what is missing, what is there.
-        sections = [_header, _what_to_do, _findings, _counters_only, _intervals, _gates, _notes]
+        sections = [_header, _what_to_do, _findings, _counters_only, _intervals, _reconciliation, _gates, _notes]
     elif not has_steps(doc):
         sections = [s for s in sections if s not in (_ledger, _load_curve, _context, _tuning)]
     return _numbered("\n".join(part for part in (s(doc) for s in sections) if part))
@@ -189,9 +189,21 @@ def _findings(doc: dict) -> str:
         lines.append(text)
     lines += _quant_findings(doc)
     lines += _service_level_findings(doc)
+    lines += _reconciliation_findings(doc)
     if not lines:
         return ""
     return "## Findings\n\n" + "\n".join(lines) + "\n"
+
+
+def _reconciliation_findings(doc: dict) -> list[str]:
+    by_dep: dict[str, list[str]] = {}
+    for r in doc.get("reconciliation") or []:
+        if r["disagrees"]:
+            by_dep.setdefault(r["deployment_id"], []).append(r["channel"])
+    return [f"- **{dep}**: its channels disagree: {', '.join(channels)} against "
+            f"{next(r['reference_channel'] for r in doc['reconciliation'] if r['deployment_id'] == dep)} "
+            "by more than 1 % (Channels agree?); numbers read from one channel may be off."
+            for dep, channels in by_dep.items()]
 
 
 def _service_level_findings(doc: dict) -> list[str]:
@@ -634,6 +646,34 @@ def _intervals(doc: dict) -> str:
                            pct(r["acceptance_rate"]), num(r["mean_reported_accept_length"], 2),
                            num(r["mean_generation_tokens_per_s"], 1), pct(r["mean_kv_cache_usage"])) for r in load]))
     return text + logs
+
+
+def _reconciliation(doc: dict) -> str:
+    rows = doc.get("reconciliation") or []
+    if not rows:
+        return ""
+    def diff(x):
+        return DASH if x is None else f"{x * 100:+.1f} %"
+    body = [(r["deployment_id"], r["channel"] + (" (reference)" if r["is_reference"] else ""), num(r["num_rows"]),
+             num(r["accepted"]), num(r["drafted"]), num(r["drafts"]), pct(r["acceptance_rate"]),
+             num(r["mean_accept_length"]),
+             ", ".join(str(v) for v in r["accepted_per_position"]) if r["accepted_per_position"] else DASH,
+             diff(r["accepted_difference"]) if not r["is_reference"] else DASH,
+             diff(r["drafted_difference"]) if not r["is_reference"] else DASH,
+             ("disagrees" + (" (reaches beyond the span)" if r["extends_beyond_span"] else "")) if r["disagrees"]
+             else ("no common span" if not r["has_common_span"] else "agrees" if not r["is_reference"] else DASH))
+            for r in rows]
+    spans = sorted({(r["deployment_id"], str(r["span_start"]), str(r["span_end"])) for r in rows
+                    if r["has_common_span"]})
+    return ("## Channels agree?\n\n"
+            "An engine counts its drafts in several places: its log, each response's timings, its Prometheus "
+            "counters, and the rounds rebuilt from them. Per deployment with two or more, each channel's totals "
+            "over the time span all of them cover (widened by 1 s for clocks that differ), against the most "
+            "detailed channel (rounds, then the log, the responses, Prometheus). More than 1 % apart in accepted "
+            "or drafted tokens, in the mean accept length or in a position's accepted count disagrees.\n\n"
+            + table(["deployment", "channel", "rows", "accepted", "drafted", "drafts", "acceptance",
+                     "accept length", "accepted per position", "Δ accepted", "Δ drafted", "check"], body)
+            + ("\nCommon spans: " + "; ".join(f"{d} {a} – {b}" for d, a, b in spans) + ".\n" if spans else ""))
 
 
 def _log_speedup(doc: dict) -> str:

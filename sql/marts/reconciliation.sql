@@ -8,7 +8,8 @@
 -- differ (a llama.cpp response's `created` is a whole second). A row counts when it
 -- overlaps the span; a row reaching beyond it (a Prometheus difference over a longer
 -- window) counts whole, and extends_beyond_span says so: its counts may hold traffic
--- the other channels did not see.
+-- the other channels did not see. Channels that share no time (has_common_span false)
+-- are listed with nothing counted and compared.
 --
 -- The reference is the most detailed channel (rounds, then an engine's log, then its
 -- responses, then Prometheus); every channel's totals are compared with it, and a
@@ -63,13 +64,10 @@ positions as (
     group by all
 ),
 
-totals as (
+counted_totals as (
     select
         deployment_id,
         channel,
-        any_value(num_channels) as num_channels,
-        any_value(span_start_us) as span_start_us,
-        any_value(span_end_us) as span_end_us,
         count(*) as num_rows,
         sum(accepted) as accepted,
         sum(drafted) as drafted,
@@ -81,6 +79,22 @@ totals as (
         max(end_us) as last_us
     from counted
     group by all
+),
+
+totals as (
+    -- every channel of the deployment, also when the channels share no time (then no row counts)
+    select
+        c.deployment_id,
+        c.channel,
+        s.num_channels,
+        s.span_start_us,
+        s.span_end_us,
+        s.span_start_us <= s.span_end_us as has_common_span,
+        coalesce(t.num_rows, 0) as num_rows,
+        t.* exclude (deployment_id, channel, num_rows)
+    from channel_spans as c
+    join spans as s using (deployment_id)
+    left join counted_totals as t using (deployment_id, channel)
 ),
 
 rounds_inside as (
@@ -125,13 +139,14 @@ channels as (
 referenced as (
     select
         c.*,
-        first(c.channel order by c.precedence, c.channel) over w as reference_channel,
-        first(c.accepted order by c.precedence, c.channel) over w as reference_accepted,
-        first(c.drafted order by c.precedence, c.channel) over w as reference_drafted,
-        first(c.drafts order by c.precedence, c.channel) over w as reference_drafts,
-        first(c.accepted_per_position order by c.precedence, c.channel) over w as reference_positions
+        first_value(c.channel) over w as reference_channel,
+        first_value(c.accepted) over w as reference_accepted,
+        first_value(c.drafted) over w as reference_drafted,
+        first_value(c.drafts) over w as reference_drafts,
+        first_value(c.accepted_per_position) over w as reference_positions
     from channels as c
-    window w as (partition by c.deployment_id)
+    window w as (partition by c.deployment_id order by c.precedence, c.channel
+                 rows between unbounded preceding and unbounded following)
 ),
 
 compared as (
@@ -162,6 +177,7 @@ select
     reference_channel,
     channel = reference_channel as is_reference,
     num_channels,
+    has_common_span,
     make_timestamp(span_start_us) as span_start,
     make_timestamp(span_end_us) as span_end,
     num_rows,
@@ -176,7 +192,7 @@ select
     drafted_difference,
     accept_length_difference,
     list_max(list_transform(position_checks, lambda c: abs(c.difference))) as position_difference,
-    channel <> reference_channel and (
+    has_common_span and channel <> reference_channel and (
         disagrees_with(accepted, reference_accepted)
         or disagrees_with(drafted, reference_drafted)
         or disagrees_with(1 + accepted / nullif(drafts, 0), 1 + reference_accepted / nullif(reference_drafts, 0))
