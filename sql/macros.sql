@@ -89,3 +89,16 @@ create or replace macro relative_difference(x, reference) as
 create or replace macro disagrees_with(x, reference) as
     coalesce(x <> reference and (reference = 0 or abs((x - reference) / reference) > reconciliation_tolerance()),
              false);
+
+-- How detailed a channel of acceptance counts is, most detailed first: the rounds, an
+-- engine's log, its per-request responses, its Prometheus counters, anything else. When
+-- one deployment has several, the most detailed is the reference (reconciliation) and
+-- the one an hour of interval_acceptance is counted from: each counts the same drafts.
+create or replace macro channel_precedence(channel) as
+    case
+        when channel = 'rounds' then 1
+        when channel in ('llamacpp_log', 'vllm_log', 'sglang_log') then 2
+        when channel = 'llamacpp_response' then 3
+        when channel = 'prometheus' then 4
+        else 5
+    end;

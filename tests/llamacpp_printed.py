@@ -124,10 +124,13 @@ def channel_totals_agree(run_dir: Path, deployment: str, tmp_path: Path) -> tupl
     return printed
 
 
-def all_channels_report(run_dir: Path, deployment: str, tmp_path: Path) -> tuple[dict, str]:
+def all_channels_report(run_dir: Path, deployment: str, tmp_path: Path, plain_dir: Path) -> tuple[dict, str]:
     """Every channel of one run imported into one deployment (the log with its responses, so that the
-    rounds link to them; the log's times from the server's start), and the report: (JSON, markdown)."""
+    rounds link to them; the log's times from the server's start), the plain server's responses as its
+    baseline (method none), and the report: (JSON, markdown)."""
     root = tmp_path / "all"
+    specan("import", "llamacpp-log", plain_dir / "responses.jsonl", plain_dir / "stream.sse", "--method", "none",
+           "--deployment", "plain", "--out", root)
     specan("import", "llamacpp-log", run_dir / "server.log", run_dir / "responses.jsonl", run_dir / "stream.sse",
            "--start", (run_dir / "server.start").read_text().strip(), "--deployment", deployment, "--out", root)
     specan("import", "prometheus", *dated_scrapes(run_dir, tmp_path / "scrapes"), "--deployment", deployment,
@@ -136,10 +139,13 @@ def all_channels_report(run_dir: Path, deployment: str, tmp_path: Path) -> tuple
     return doc, specan("report", root).stdout
 
 
-def channels_agree(run_dir: Path, deployment: str, tmp_path: Path) -> tuple[dict, str]:
-    """The report on all channels of a run: no row rejected, four channels that agree, each with exactly the
-    totals llama.cpp printed, and a What to do line."""
-    doc, md = all_channels_report(run_dir, deployment, tmp_path)
+def channels_agree(run_dir: Path, deployment: str, tmp_path: Path, plain_dir: Path,
+                   decides: bool) -> tuple[dict, str]:
+    """The report on all channels of a run beside the plain server: no row rejected, four channels that
+    agree, each with exactly the totals llama.cpp printed, and a What to do line resting on 12 requests on
+    each side (above the [evidence] floors of 10). ``decides``: the line decides (on kept runs; a live
+    run's timings vary with the machine's load, so its speedup interval may straddle the threshold)."""
+    doc, md = all_channels_report(run_dir, deployment, tmp_path, plain_dir)
     printed = log_request_totals(run_dir / "server.log")
     assert doc["input"]["rejected_rows"] == 0, doc["input"]
     rows = {r["channel"]: r for r in doc["reconciliation"]}
@@ -149,5 +155,11 @@ def channels_agree(run_dir: Path, deployment: str, tmp_path: Path) -> tuple[dict
         assert r["has_common_span"] and not r["disagrees"], (channel, r)
     # the log's per-position counts (rates × steps) and the rounds' agree where the draft length was reached
     assert rows["rounds"]["accepted_per_position"] == rows["llamacpp_log"]["accepted_per_position"]
-    assert "## Channels agree?" in md and re.search(r"(?m)^## What to do\n\n- \S", md), md[:3000]
+    assert "## Channels agree?" in md, md[:3000]
+    verdict = next(v for v in doc["verdict"] if v["deployment_id"] == deployment)
+    assert (verdict["basis"], verdict["num_requests"], verdict["baseline_num_requests"]) == ("tpot", 12, 12), verdict
+    assert verdict["speedup_interval"] is not None and verdict["action"] != "unknown", verdict
+    if decides:
+        assert verdict["action"] not in ("unknown", "inconclusive"), verdict
+    assert re.search(rf"(?m)^## What to do\n\n- .*\b{deployment}\b", md), md[:3000]
     return doc, md

@@ -43,17 +43,22 @@ def test_debug_lines_alone_are_completed_by_the_round_they_skip(tmp_path):
     log = FIXTURES / "debug_lines_only" / "server.log"
     printed, debug = log_requests(log), log_rounds(log, DEBUG_ROUND)
     short = {r for r in printed if sums(debug).get(r) != printed[r]}
-    assert sum(a for a, _ in sums(debug).values()) == 108 and log_request_totals(log) == (121, 121)
-    assert len(short) == 5
+    assert sum(a for a, _ in sums(debug).values()) == 196 and log_request_totals(log) == (223, 223)
+    assert len(short) == 10
     root = tmp_path / "t"
     result = specan("import", "llamacpp-log", log, "--deployment", "d", "--out", root)
-    assert "5 requests: the debug lines miss the round that ended the request" in result.output
+    assert "10 requests: the debug lines miss the round that ended the request" in result.output
     expected = {r: debug[r] + ([(printed[r][0] - sums(debug)[r][0], printed[r][1] - sums(debug)[r][1])]
                                if r in short else []) for r in printed}
     assert imported_rounds(root) == expected
-    assert sum(len(v) for v in expected.values()) == 32
+    assert sum(len(v) for v in expected.values()) == 59     # as many as the trace lines of the same run
 
 
 @pytest.mark.parametrize("run", RUNS)
 def test_all_channels_of_a_run_agree_in_the_report(run, tmp_path):
-    channels_agree(FIXTURES / run, run.replace("/", "-"), tmp_path)
+    doc, _ = channels_agree(FIXTURES / run, run.replace("/", "-"), tmp_path, FIXTURES / "plain", decides=True)
+    verdict = next(v for v in doc["verdict"] if v["deployment_id"] == run.replace("/", "-"))
+    # a draft that is never accepted costs its forward passes for nothing: well below the plain server
+    # (0.14× [0.12, 0.19] at length 4, 0.21× [0.19, 0.25] at 2 in the kept runs)
+    if run.endswith("other"):
+        assert verdict["action"] == "dont_ship" and verdict["speedup_interval"][1] < 0.5, verdict

@@ -625,6 +625,14 @@ def _intervals(doc: dict) -> str:
                  + table(["deployment", "hour", "intervals", "drafts", "draft tokens", "accepted", "accept length",
                           "drafts known", "acceptance", "vLLM rate per position", "engine's accept length",
                           "running reqs"], body))
+        several = [r for r in rows if r.get("other_sources")]
+        if several:
+            text += ("\nAn hour that several sources count is counted from one, the most detailed (an engine's "
+                     "log, then its responses, then Prometheus): they count the same drafts, and \"Channels "
+                     "agree?\" compares them. " + "; ".join(
+                         f"{r['deployment_id']} {r['hour']}: {r['source']} (not {', '.join(r['other_sources'])})"
+                         for r in several[:5]) + (f"; and {len(several) - 5} more hours" if len(several) > 5 else "")
+                     + ".\n")
         if any(r.get("benchmark") for r in rows):
             text += (f"\nRows marked{BENCHMARK_MARK} are benchmark runs (`vllm bench serve`, SGLang "
                      "`bench_serving`; intervals source vllm_bench, sglang_bench): the totals of the benchmark's "

@@ -3,7 +3,8 @@
 #   e2e/llamacpp/run.sh OUT [SPEC_DRAFT_N_MAX]
 # builds llama-server once (build.sh, cached), writes two tiny random-weight models, and for
 # OUT/same (draft = target) and OUT/other (draft = other random weights) starts llama-server on
-# 127.0.0.1 with the draft, sends a fixed set of greedy requests, and leaves there:
+# 127.0.0.1 with the draft, and for OUT/plain without one (the baseline: plain decoding of the same
+# model), sends a fixed set of greedy requests, and leaves there:
 #   server.log        the server's log at debug verbosity with LLAMA_TRACE=1: per-round "accepted A/D
 #                     draft tokens" lines (the trace one of every round; the debug one, which skips the
 #                     round that ends a request), per-request "draft acceptance" and "acc per pos" lines
@@ -42,14 +43,21 @@ free_port() {
 }
 
 # Greedy (top_k 1, temperature 0) so that a draft equal to the target agrees on every token.
-# Prompts of different lengths and different max_tokens; the last two are streamed.
+# Twelve (ten are what a verdict needs of a deployment, [evidence] min_requests): prompts of
+# different lengths and different max_tokens; the last four are streamed.
 requests=(
     '{"prompt": "Hello", "max_tokens": 24}'
     '{"prompt": "The quick brown fox jumps over the lazy dog. Once upon a time", "max_tokens": 40}'
     '{"prompt": "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20", "max_tokens": 16}'
     '{"prompt": "A speculative decoder drafts tokens that the target model then verifies in one pass.", "max_tokens": 32}'
+    '{"prompt": "Speculative decoding", "max_tokens": 12}'
+    '{"prompt": "Tokens per second per user, tokens per second per GPU, and the cost of every round", "max_tokens": 36}'
+    '{"prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 20}'
+    '{"prompt": "The report leads with the line an engineer acts on.", "max_tokens": 28}'
     'stream {"prompt": "Once", "max_tokens": 20}'
     'stream {"prompt": "In the beginning the draft and the target agreed on", "max_tokens": 28}'
+    'stream {"prompt": "Draft, verify, accept, repeat", "max_tokens": 16}'
+    'stream {"prompt": "A streamed response arrives one chunk at a time, and each chunk may carry several tokens", "max_tokens": 24}'
 )
 
 one_run() {
@@ -59,8 +67,12 @@ one_run() {
     local port
     port="$(free_port)"
     date -u +%Y-%m-%dT%H:%M:%S.%6N > "$dir/server.start"
-    LLAMA_TRACE="${LLAMA_TRACE-1}" "$server" -m "$models/target.gguf" -md "$draft" --spec-type draft-simple \
-        --spec-draft-n-max "$draft_n_max" --spec-draft-n-min 0 --spec-draft-p-min 0 \
+    local speculation=()
+    if [[ -n "$draft" ]]; then
+        speculation=(-md "$draft" --spec-type draft-simple --spec-draft-n-max "$draft_n_max"
+                     --spec-draft-n-min 0 --spec-draft-p-min 0)
+    fi
+    LLAMA_TRACE="${LLAMA_TRACE-1}" "$server" -m "$models/target.gguf" "${speculation[@]}" \
         --host 127.0.0.1 --port "$port" --metrics -lv 5 --log-timestamps --log-prefix \
         -c 512 -np 1 -t 1 --no-warmup > "$dir/server.log" 2>&1 &
     server_pid=$!
@@ -93,3 +105,4 @@ one_run() {
 
 one_run "$out/same" "$models/target.gguf"
 one_run "$out/other" "$models/draft-other.gguf"
+one_run "$out/plain" ""

@@ -4,6 +4,11 @@
 -- (whether the intervals are benchmark runs, benchmark_source: a benchmark's totals are
 -- never summed with production counters of the same hour).
 --
+-- An hour is counted from one source (source; the others present are other_sources):
+-- a deployment's log, responses and Prometheus counters count the same drafts, so
+-- their sum would count them twice or three times. The view reconciliation compares
+-- them.
+--
 -- mean_accept_length = 1 + Σ accepted / Σ num_drafts over the intervals that have a
 -- draft count (num_drafts), and drafts_share says what share of the hour's draft
 -- tokens those intervals hold: an hour with one interval lacking its count is not
@@ -11,11 +16,46 @@
 -- intervals with both. Load columns average the intervals that carry them, and so does
 -- the accept length the engine printed (reported_accept_length, rounded as printed, in
 -- the engine's own definition: SGLang's is committed tokens per verify step).
-with by_hour as (
+with hour_sources as (
     select
         deployment_id,
         date_trunc('hour', end_time) as hour,
         benchmark_source(source) as benchmark,
+        source,
+        count(num_draft_tokens) > 0 as has_counts
+    from intervals
+    group by all
+),
+
+chosen as (
+    -- several channels of one deployment in the same hour (its log, its responses, its
+    -- Prometheus counters) count the same drafts: the hour is counted from one, the most
+    -- detailed with token counts (channel_precedence); reconciliation compares them
+    select
+        deployment_id,
+        hour,
+        benchmark,
+        arg_min(source, (not has_counts, channel_precedence(source), source)) as source,
+        list(source order by source) as sources
+    from hour_sources
+    group by all
+),
+
+counted as (
+    select i.*, date_trunc('hour', i.end_time) as hour, benchmark_source(i.source) as benchmark
+    from intervals as i
+    semi join chosen as c
+        on c.deployment_id = i.deployment_id
+        and c.hour = date_trunc('hour', i.end_time)
+        and c.benchmark = benchmark_source(i.source)
+        and c.source = i.source
+),
+
+by_hour as (
+    select
+        deployment_id,
+        hour,
+        benchmark,
         count(*) as num_intervals,
         count(*) filter (where num_drafts is null) as intervals_without_drafts,
         sum(num_drafts) as num_drafts,
@@ -29,18 +69,18 @@ with by_hour as (
         avg(kv_cache_usage order by series, end_time) as mean_kv_cache_usage,
         avg(reported_accept_length order by series, end_time) as mean_reported_accept_length,
         min(reported_accept_length_definition) as reported_accept_length_definition
-    from intervals
+    from counted
     group by all
 ),
 
 per_position as (
     select
         deployment_id,
-        date_trunc('hour', end_time) as hour,
-        benchmark_source(source) as benchmark,
+        hour,
+        benchmark,
         unnest(range(1, array_length(accepted_per_position) + 1)) as position,
         unnest(accepted_per_position) as accepted
-    from intervals
+    from counted
     where accepted_per_position is not null and num_drafts is not null
 ),
 
@@ -72,6 +112,9 @@ select
     h.mean_generation_tokens_per_s,
     h.mean_kv_cache_usage,
     h.mean_reported_accept_length,
-    h.reported_accept_length_definition
+    h.reported_accept_length_definition,
+    c.source,
+    list_filter(c.sources, lambda s: s <> c.source) as other_sources
 from by_hour as h
+join chosen as c on c.deployment_id = h.deployment_id and c.hour = h.hour and c.benchmark = h.benchmark
 left join positions as p on p.deployment_id = h.deployment_id and p.hour = h.hour and p.benchmark = h.benchmark

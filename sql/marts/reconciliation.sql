@@ -122,15 +122,7 @@ channels as (
             when t.channel = 'rounds' then r.accepted_per_position
             when t.positions_complete then p.accepted_per_position
         end as accepted_per_position,
-        case t.channel
-            when 'rounds' then 1
-            when 'llamacpp_log' then 2
-            when 'vllm_log' then 2
-            when 'sglang_log' then 2
-            when 'llamacpp_response' then 3
-            when 'prometheus' then 4
-            else 5
-        end as precedence
+        channel_precedence(t.channel) as precedence
     from totals as t
     left join positions as p using (deployment_id, channel)
     left join round_positions as r on t.channel = 'rounds' and r.deployment_id = t.deployment_id
