@@ -99,18 +99,31 @@ def dated_scrapes(run_dir: Path, into: Path) -> list[Path]:
     return out
 
 
+def same_per_request(got: dict, printed: dict, log: Path, what: str, against: str) -> None:
+    """got == printed, request by request; else fail with the first request that differs and the lines
+    llama.cpp printed for it, so that a change in its printing (or in our parsing) names the line."""
+    for request in sorted(set(got) | set(printed)):
+        if got.get(request) != printed.get(request):
+            task = request.rsplit(" ", 1)[-1]
+            lines = [line for line in log.read_text(errors="replace").splitlines() if f"| task {task} |" in line]
+            raise AssertionError(f"{request}: {what} {got.get(request)} but its {against} {printed.get(request)}; "
+                                 f"what llama.cpp printed for it:\n" + "\n".join(lines[:40]))
+
+
 def channel_totals_agree(run_dir: Path, deployment: str, tmp_path: Path) -> tuple[int, int]:
     """Every channel of one run, as printed and as imported, has the log's accepted and drafted totals."""
     log = run_dir / "server.log"
     printed = log_request_totals(log)
-    assert sums(log_rounds(log)) == log_requests(log)       # every round printed, per request
+    same_per_request(sums(log_rounds(log)), log_requests(log), log, "per-round lines", "draft acceptance line")
     assert response_totals(run_dir) == printed
     assert scrape_totals(run_dir) == printed
 
     log_root = tmp_path / "log"
     specan("import", "llamacpp-log", run_dir / "server.log", "--deployment", deployment, "--out", log_root)
-    assert imported_totals(log_root, "intervals", "num_accepted_tokens", "num_draft_tokens") == printed
-    assert imported_rounds(log_root) == log_rounds(log)      # the rounds, one by one, as printed
+    imported = {r["series"]: (r["num_accepted_tokens"], r["num_draft_tokens"])
+                for r in pq.read_table(log_root / "intervals").to_pylist()}
+    same_per_request(imported, log_requests(log), log, "imported intervals", "draft acceptance line")
+    same_per_request(imported_rounds(log_root), log_rounds(log), log, "imported rounds", "per-round lines")
 
     resp_root = tmp_path / "responses"
     specan("import", "llamacpp-log", run_dir / "responses.jsonl", run_dir / "stream.sse", "--deployment",

@@ -32,8 +32,7 @@ def reconciliation(root) -> dict[str, dict]:
         ws.close()
 
 
-@pytest.fixture
-def four_channels(tmp_path):
+def write_four_channels(tmp_path):
     write_table(tmp_path, "deployments", [deployment("d")])
     # two requests: r1 0-100 ms, r2 200-300 ms
     write_table(tmp_path, "requests", [request("d", "r1", arrival=0, first=10, finish=100, output_tokens=10),
@@ -54,6 +53,11 @@ def four_channels(tmp_path):
         interval("prometheus", -10 * S, 10 * S, 8, 12, 3, series="prom"),
     ])
     return tmp_path
+
+
+@pytest.fixture
+def four_channels(tmp_path):
+    return write_four_channels(tmp_path)
 
 
 def test_four_channels_by_hand(four_channels):

@@ -19,6 +19,7 @@ from test_anomalies import EXPECTED as EXPECTED_ANOMALIES, all_tables as anomaly
 from test_anomalies import partitioned_traces as partitioned_anomaly_traces
 from test_output_tokens_mismatch import EXPECTED as EXPECTED_MISMATCH, mismatch_traces
 from test_metrics_seed import cheap, write_seed_traces
+from test_reconciliation import write_four_channels
 from tracebuilder import at, deployment, request, round_row, step, write_columns, write_table, write_traces
 
 pytestmark = pytest.mark.xdist_group("spark")
@@ -97,6 +98,16 @@ def test_the_seed_ledger_on_spark(spark, tmp_path):
     assert differences(duck, spark_doc) == []
     (row,) = [d for d in spark_doc["deployments"] if d["deployment_id"] == "spec"]
     assert round(row["speedup"], 3) == 2.334
+
+
+def test_channels_agree_on_spark(spark, tmp_path):
+    # request_rounds comes back from Spark; channel_counts and reconciliation run locally on it
+    write_four_channels(tmp_path)
+    duck, spark_doc = documents(tmp_path, spark)
+    assert differences(duck, spark_doc) == []
+    assert [(r["channel"], r["accepted"], r["drafted"], r["disagrees"]) for r in spark_doc["reconciliation"]] == [
+        ("rounds", 7, 12, False), ("llamacpp_log", 7, 12, False), ("llamacpp_response", 7, 12, False),
+        ("prometheus", 8, 12, True)]
 
 
 def test_requests_to_look_at_on_spark(spark, tmp_path):
