@@ -188,6 +188,6 @@ select
         disagrees_with(accepted, reference_accepted)
         or disagrees_with(drafted, reference_drafted)
         or disagrees_with(1 + accepted / nullif(drafts, 0), 1 + reference_accepted / nullif(reference_drafts, 0))
-        or coalesce(list_bool_or(list_transform(position_checks, lambda c: c.disagrees)), false)
+        or coalesce(list_max(list_transform(position_checks, lambda c: cast(c.disagrees as integer))) = 1, false)
     ) as disagrees
 from compared
