@@ -656,20 +656,28 @@ def _intervals(doc: dict) -> str:
     return text + logs
 
 
+def _difference(row: dict, key: str) -> str:
+    value = None if row["is_reference"] else row[key]
+    return DASH if value is None else f"{value * 100:+.1f} %"
+
+
+def _channel_check(row: dict) -> str:
+    if row["disagrees"]:
+        return "disagrees" + (" (reaches beyond the span)" if row["extends_beyond_span"] else "")
+    if not row["has_common_span"]:
+        return "no common span"
+    return DASH if row["is_reference"] else "agrees"
+
+
 def _reconciliation(doc: dict) -> str:
     rows = doc.get("reconciliation") or []
     if not rows:
         return ""
-    def diff(x):
-        return DASH if x is None else f"{x * 100:+.1f} %"
     body = [(r["deployment_id"], r["channel"] + (" (reference)" if r["is_reference"] else ""), num(r["num_rows"]),
              num(r["accepted"]), num(r["drafted"]), num(r["drafts"]), pct(r["acceptance_rate"]),
              num(r["mean_accept_length"]),
              ", ".join(str(v) for v in r["accepted_per_position"]) if r["accepted_per_position"] else DASH,
-             diff(r["accepted_difference"]) if not r["is_reference"] else DASH,
-             diff(r["drafted_difference"]) if not r["is_reference"] else DASH,
-             ("disagrees" + (" (reaches beyond the span)" if r["extends_beyond_span"] else "")) if r["disagrees"]
-             else ("no common span" if not r["has_common_span"] else "agrees" if not r["is_reference"] else DASH))
+             _difference(r, "accepted_difference"), _difference(r, "drafted_difference"), _channel_check(r))
             for r in rows]
     spans = sorted({(r["deployment_id"], str(r["span_start"]), str(r["span_end"])) for r in rows
                     if r["has_common_span"]})

@@ -725,13 +725,12 @@ class _Import:
                                    prompt_ms=prompt_ms, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
                                    finish=finish, drafted=cols["num_draft_tokens"][index],
                                    accepted=cols["num_accepted_tokens"][index]))
-        signature = lambda prompt, output, drafted, accepted: (prompt, output, drafted, accepted)  # noqa: E731
-        waiting: dict[tuple, list[_Response]] = {}
+        waiting: dict[tuple, list[_Response]] = {}       # (prompt, output, drafted, accepted) → responses
         for r in sorted(self.responses, key=lambda r: r.arrival):
-            waiting.setdefault(signature(r.prompt_tokens, r.output_tokens, r.drafted, r.accepted), []).append(r)
+            waiting.setdefault((r.prompt_tokens, r.output_tokens, r.drafted, r.accepted), []).append(r)
         linked, rows = {}, []
         for c in sorted(candidates, key=lambda c: c["start"]):
-            same = waiting.get(signature(c["prompt_tokens"], c["output_tokens"], c["drafted"], c["accepted"]))
+            same = waiting.get((c["prompt_tokens"], c["output_tokens"], c["drafted"], c["accepted"]))
             if same:
                 linked[c["request"]] = same.pop(0).request_id
             elif c["prompt_tokens"] is None or c["finish"] is None:
