@@ -318,7 +318,7 @@ def load_traces(
             if not breaking:
                 # every round as read is counted: the exact strategy confirm_in_place may
                 # take later reads the same rows
-                _count_without_uid(without_uid, schema, plan, missing)
+                _add_counts(without_uid, missing)
                 pending = RoundsInPlace(found, plan)
                 continue
             say("rounds break a row rule (" + ", ".join(f"{r} {n}" for r, n in breaking.items())
@@ -326,7 +326,7 @@ def load_traces(
         else:
             say(f"reading {table} ({len(entry.files)} file{'s' if len(entry.files) != 1 else ''})")
         rows_read[table], rejected[table] = load_exactly(con, schema, plan, entry, say)
-        _count_without_uid(without_uid, schema, plan, count_rows_without_uid(con, schema, plan))
+        _add_counts(without_uid, count_rows_without_uid(con, schema, plan))
 
     rows_clean = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLE_ORDER}
     count_conflict_rows(con, {t: table_plan(found[t], schemas[t], found, written) for t in TABLE_ORDER})
@@ -339,23 +339,21 @@ def load_traces(
     return summary
 
 
-def _count_without_uid(counts: dict[str, int], schema: TableSchema, plan: rules.TablePlan, n: int) -> None:
-    """Add ``n`` rows without their uid to the count of every written link key of the table
-    (the count does not say which link a row lacks: either link falls back)."""
-    if n:
-        for uid in schema.link_columns:
-            if uid in plan.written_links:
-                counts[uid] = counts.get(uid, 0) + n
+def _add_counts(counts: dict[str, int], more: dict[str, int]) -> None:
+    for key, n in more.items():
+        if n:
+            counts[key] = counts.get(key, 0) + n
 
 
-def count_rows_without_uid(con, schema: TableSchema, plan: rules.TablePlan) -> int:
-    """Rows of the loaded ``schema.table`` (clean and rejected) that have a link's id but not
-    the uid their writer should have stored (0 when no link key of the table is written)."""
-    condition = rules.rows_without_uid_condition(schema, plan)
-    if condition is None:
-        return 0
-    relation = rules.parents_as_read_sql(schema.table)
-    return con.execute(f"select count(*) from {relation} where {condition}").fetchone()[0]
+def count_rows_without_uid(con, schema: TableSchema, plan: rules.TablePlan) -> dict[str, int]:
+    """Per written link key of the loaded ``schema.table``, its rows (clean and rejected)
+    that have the link's id but not the uid its writer should have stored."""
+    conditions = rules.rows_without_uid_conditions(schema, plan)
+    if not conditions:
+        return {}
+    counts = ", ".join(f"count(*) filter (where {c})" for c in conditions.values())
+    found = con.execute(f"select {counts} from {rules.parents_as_read_sql(schema.table)}").fetchone()
+    return dict(zip(conditions, found))
 
 
 def count_conflict_rows(con, plans: dict[str, rules.TablePlan]) -> None:
@@ -398,7 +396,7 @@ def load_exactly(con, schema: TableSchema, plan: rules.TablePlan, entry: TableFi
 
 
 def read_in_place(con, schema: TableSchema, plan: rules.TablePlan,
-                  entry: TableFiles) -> tuple[int, dict[str, int], int]:
+                  entry: TableFiles) -> tuple[int, dict[str, int], dict[str, int]]:
     """The in-place strategy's first half: ``<table>`` becomes a view over the files, and one
     pass counts the rows breaking each rule that reads the row alone. ``(rows, the
     non-zero counts by reason, rows without their written uid)``. The pass decodes every listed column, so a damaged
@@ -408,7 +406,7 @@ def read_in_place(con, schema: TableSchema, plan: rules.TablePlan,
     names = [d[0] for d in result.description]
     counts = dict(zip(names, result.fetchone()))
     total = counts.pop("rows")
-    without_uid = counts.pop(rules.ROWS_WITHOUT_UID, 0)
+    without_uid = {uid: counts.pop(rules.rows_without_uid_column(uid)) for uid in plan.written_links}
     return total, {reason: n for reason, n in counts.items() if n}, without_uid
 
 

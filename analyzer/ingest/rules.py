@@ -212,13 +212,17 @@ def _link_columns(schema: TableSchema, plan: TablePlan, exprs: dict[str, str]) -
     return links
 
 
-def rows_without_uid_condition(schema: TableSchema, plan: TablePlan) -> str | None:
-    """A row that has a link's id but not the uid its writer should have stored with it
-    (a written link key that is null cannot link it): None when no link of the table is
-    written."""
-    conditions = [f"({q(LINK_KEYS[uid][0])} is not null and {q(uid)} is null)"
-                  for uid in schema.link_columns if uid in plan.written_links]
-    return " or ".join(conditions) or None
+def rows_without_uid_conditions(schema: TableSchema, plan: TablePlan) -> dict[str, str]:
+    """Per written link key of the table, the condition of a row that has the link's id
+    but not the uid its writer should have stored with it (a null cannot link it)."""
+    return {uid: f"{q(LINK_KEYS[uid][0])} is not null and {q(uid)} is null"
+            for uid in schema.link_columns if uid in plan.written_links}
+
+
+def rows_without_uid_column(uid: str) -> str:
+    """The row pass's count of rows without ``uid`` (not a rule: such a row is not
+    rejected, the written link key is not used)."""
+    return f"_rows_without_{uid}"
 
 
 def _partition_columns(schema: TableSchema, plan: TablePlan) -> tuple[str, ...]:
@@ -536,19 +540,13 @@ def row_pass_sql(schema: TableSchema, plan: TablePlan, relation: str) -> str:
     reads the row alone (``reason``), how many rows break it, by the classification's
     own condition. A row that breaks two rules counts under both: each count is zero
     exactly when no row breaks that rule. With written link keys, also how many rows
-    lack the uid their id needs (``ROWS_WITHOUT_UID``)."""
+    lack the uid their id needs (``rows_without_uid_column``)."""
     rules = [rule for rule in table_rules(schema, plan) if rule.reads == "row"]
     (cte,) = _rows_cte(schema, plan, rules, RuleInputs(relation), row_ids=False)
     counts = ", ".join(f"count(*) filter (where {rule.condition}) as {q(rule.reason)}" for rule in rules)
-    without_uid = rows_without_uid_condition(schema, plan)
-    if without_uid:
-        counts += f", count(*) filter (where {without_uid}) as {ROWS_WITHOUT_UID}"
+    for uid, condition in rows_without_uid_conditions(schema, plan).items():
+        counts += f", count(*) filter (where {condition}) as {rows_without_uid_column(uid)}"
     return f"with {cte}\nselect count(*) as rows, {counts} from r"
-
-
-# The row pass's count of rows whose written link key is missing (not a rule: such a
-# row is not rejected, the written link keys are not used)
-ROWS_WITHOUT_UID = "_rows_without_uid"
 
 
 @dataclass(frozen=True)
