@@ -24,10 +24,10 @@ from pathlib import Path
 
 import duckdb
 
-from .errors import EnvironmentProblem, InputProblem, InternalError
+from .errors import EnvironmentProblem, InputProblem
 from .outputs import check_output, write_output  # noqa: F401  re-exported for the CLI and nightly
-from .ingest.load import (InvalidLinkKeys, LoadSummary, Progress, StructuralError, check_link_keys,
-                          confirm_in_place, load_traces, name_unreadable_input, read_summary)
+from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_in_place, load_traces,
+                          name_unreadable_input, read_summary, with_hashed_fallback)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
 from .analysis.slices import resolve_columns
 from .analysis.views import (DEFAULT_REPEAT_N, ROUND_AGGREGATES, ViewError, create_local_views, create_views,
@@ -227,28 +227,6 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     return with_hashed_fallback(lambda hashed: _open_scratch(
         traces, hashed, date=date, memory_limit=memory_limit, progress=progress, views=views,
         repeat_n=repeat_n, temp_dir=temp_dir, by=by), lambda ws: ws.summary, progress)
-
-
-def with_hashed_fallback(run, summary_of, progress: Progress | None = None):
-    """``run(hashed_links)`` with no link key hashed that its writer stored; when the
-    written ones turn out invalid (``InvalidLinkKeys``), run again with those hashed, and
-    the reason as a note of the result's summary (``summary_of(result)``). The second
-    run reads the string keys as for a trace without uids: the same numbers."""
-    hashed: frozenset[str] = frozenset()
-    notes: list[str] = []
-    while True:
-        try:
-            result = run(hashed)
-        except InvalidLinkKeys as invalid:
-            if invalid.uid in hashed:
-                raise InternalError(f"{invalid.uid} was hashed and still found invalid") from None
-            if progress:
-                progress(f"{invalid.uid} as written is not a valid link key: loading again with hashed keys")
-            hashed |= {invalid.uid}
-            notes.append(invalid.note)
-            continue
-        summary_of(result).notes.extend(notes)
-        return result
 
 
 def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, progress, views, repeat_n,

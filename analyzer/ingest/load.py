@@ -348,12 +348,18 @@ def _add_counts(counts: dict[str, int], more: dict[str, int]) -> None:
 def count_rows_without_uid(con, schema: TableSchema, plan: rules.TablePlan) -> dict[str, int]:
     """Per written link key of the loaded ``schema.table``, its rows (clean and rejected)
     that have the link's id but not the uid its writer should have stored."""
+    sql = rows_without_uid_sql(schema, plan, rules.parents_as_read_sql(schema.table))
+    return dict(zip(sorted(rules.rows_without_uid_conditions(schema, plan)), con.execute(sql).fetchone())) if sql else {}
+
+
+def rows_without_uid_sql(schema: TableSchema, plan: rules.TablePlan, relation: str) -> str | None:
+    """Per written link key of the table (in sorted order), how many rows of ``relation``
+    have the link's id but not the uid; None when the table has no written link key."""
     conditions = rules.rows_without_uid_conditions(schema, plan)
     if not conditions:
-        return {}
-    counts = ", ".join(f"count(*) filter (where {c})" for c in conditions.values())
-    found = con.execute(f"select {counts} from {rules.parents_as_read_sql(schema.table)}").fetchone()
-    return dict(zip(conditions, found))
+        return None
+    return "select " + ", ".join(f"count(*) filter (where {conditions[uid]})" for uid in sorted(conditions)) \
+        + f" from {relation}"
 
 
 def count_conflict_rows(con, plans: dict[str, rules.TablePlan]) -> None:
@@ -495,6 +501,28 @@ class InvalidLinkKeys(Exception):
 LINK_KEYS_COLUMN = {uid: column for _parent, uid, column, _holder in LINKS}
 
 
+def with_hashed_fallback(run, summary_of, progress: Progress | None = None):
+    """``run(hashed_links)`` with no link key hashed that its writer stored; when the
+    written ones turn out invalid (``InvalidLinkKeys``), run again with those hashed, and
+    the reason as a note of the result's summary (``summary_of(result)``). The second
+    run reads the string keys as for a trace without uids: the same numbers."""
+    hashed: frozenset[str] = frozenset()
+    notes: list[str] = []
+    while True:
+        try:
+            result = run(hashed)
+        except InvalidLinkKeys as invalid:
+            if invalid.uid in hashed:
+                raise InternalError(f"{invalid.uid} was hashed and still found invalid") from None
+            if progress:
+                progress(f"{invalid.uid} as written is not a valid link key: loading again with hashed keys")
+            hashed |= {invalid.uid}
+            notes.append(invalid.note)
+            continue
+        summary_of(result).notes.extend(notes)
+        return result
+
+
 def parent_collision_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
                          relation: str) -> str:
     """One ``uid`` of the parent rows in ``relation`` that stands for two keys, if any."""
@@ -558,32 +586,45 @@ def check_link_keys(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles]
     the parents, present wherever its id is (``rows_without_uid``), and name each
     round's own parent; the rounds are checked off ``aggregates``, or off the rounds
     table itself. Otherwise ``InvalidLinkKeys``: the caller loads with hashed keys."""
+    link_key_checks(lambda sql: con.execute(sql).fetchone(), found, rules.parents_as_read_sql, aggregates,
+                    written=written, rows_without_uid=rows_without_uid)
+
+
+def link_key_checks(fetch: Callable[[str], tuple | None], found: dict[str, TableFiles],
+                    parents_of: Callable[[str], str], aggregates: rules.RoundAggregates | None = None, *,
+                    written: frozenset[str] = frozenset(), rows_without_uid: dict[str, int] | None = None,
+                    rounds: bool = True) -> None:
+    """``check_link_keys`` on any engine: ``fetch(sql)`` runs DuckDB SQL (transpiled where
+    needed) and returns its first row or None; ``parents_of(table)`` names the parent as
+    read. Without ``rounds`` only the parents are checked (the rounds' aggregates come later)."""
     rows_without_uid = rows_without_uid or {}
     for parent, uid, column, holder in LINKS:
         is_written = uid in written
-        parents = rules.parents_as_read_sql(parent)
+        parents = parents_of(parent)
         if is_written and rows_without_uid.get(uid):
             raise InvalidLinkKeys(uid, parent, f"{rows_without_uid[uid]} rows have a {column} but no {uid}")
         hit = None
         if found[parent].present:
-            hit = con.execute(parent_collision_sql(found, parent, uid, column, parents)).fetchone()
+            hit = fetch(parent_collision_sql(found, parent, uid, column, parents))
             if hit is not None and is_written:
                 raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {parent} keys")
         if hit is None and is_written:
-            twice = con.execute(parent_key_uids_sql(found, parent, uid, column, parents)).fetchone()
+            twice = fetch(parent_key_uids_sql(found, parent, uid, column, parents))
             if twice is not None:
                 raise InvalidLinkKeys(uid, parent, f"{column} {twice[0]!r} has two {uid}s in {parent}")
         relation = getattr(aggregates, holder) if aggregates is not None else None
         if relation is None and is_written:
             relation = getattr(ROUNDS_BY_LINK_KEY, holder)
+        if not rounds:
+            relation = None
         if hit is None and relation is not None:
-            hit = con.execute(aggregate_collision_sql(uid, relation)).fetchone()
+            hit = fetch(aggregate_collision_sql(uid, relation))
             if hit is not None and is_written:
                 raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {column}s in rounds")
         if hit is not None:
             raise collision(uid, hit[0], parent)
-        if is_written:
-            wrong = con.execute(misdirected_uid_sql(uid, column, relation, parents)).fetchone()
+        if is_written and relation is not None:
+            wrong = fetch(misdirected_uid_sql(uid, column, relation, parents))
             if wrong is not None:
                 raise InvalidLinkKeys(uid, parent, f"rounds of {column} {wrong[1]!r} have {uid} {wrong[0]}, "
                                                    f"which {parent} gives another {column} or none")
