@@ -68,9 +68,20 @@ def tables(dirty: bool) -> dict:
             "rounds": rounds}
 
 
+def with_uid_tables(tabs: dict) -> dict:
+    """Every table but deployments with the uids of its ids."""
+    return {t: with_uids(rows) if t != "deployments" else rows for t, rows in tabs.items()}
+
+
 def write(root: Path, tabs: dict, uids: bool = True) -> Path:
-    return write_traces(root, **{t: (with_uids(rows) if uids and t != "deployments" else rows)
-                                 for t, rows in tabs.items()})
+    return write_traces(root, **(with_uid_tables(tabs) if uids else tabs))
+
+
+def r2_named_by_r1s_uid(dirty: bool) -> dict:
+    """The tables with uids, r2's round carrying r1's request_uid: by its key it is r2's."""
+    bad = with_uid_tables(tables(dirty))
+    bad["rounds"][2]["request_uid"] = rid("a", "r1")
+    return bad
 
 
 def opened(traces: Path, **options) -> tuple[dict, list[tuple], api.LoadSummary]:
@@ -147,17 +158,13 @@ def fallback(tmp_path, tabs_with_uids: dict, tabs_plain: dict, uid: str, problem
 
 @pytest.mark.parametrize("dirty", [False, True], ids=["in place", "exact path"])
 def test_a_wrong_uid_in_rounds_falls_back_to_the_string_keys(tmp_path, dirty):
-    tabs = tables(dirty)
-    bad = {t: with_uids(rows) if t != "deployments" else rows for t, rows in tabs.items()}
-    # r2's round names r1's request by its uid: by its key it is r2's
-    bad["rounds"][2]["request_uid"] = rid("a", "r1")
-    _, note = fallback(tmp_path, bad, tabs, "request_uid", "request_uid written in requests and rounds")
+    _, note = fallback(tmp_path, r2_named_by_r1s_uid(dirty), tables(dirty), "request_uid", "request_uid written in requests and rounds")
     assert "stands for two request_ids in rounds" in note
 
 
 def test_a_uid_of_no_request_falls_back(tmp_path):
     tabs = tables(False)
-    bad = {t: with_uids(rows) if t != "deployments" else rows for t, rows in tabs.items()}
+    bad = with_uid_tables(tabs)
     bad["rounds"][2]["request_uid"] = 12345          # r2's round, a uid no request has
     _, note = fallback(tmp_path, bad, tabs, "request_uid", "which requests gives another request_id or none")
     assert "rounds of request_id 'r2' have request_uid 12345" in note
@@ -165,7 +172,7 @@ def test_a_uid_of_no_request_falls_back(tmp_path):
 
 def test_a_uid_shared_by_two_requests_falls_back(tmp_path):
     tabs = tables(True)
-    bad = {t: with_uids(rows) if t != "deployments" else rows for t, rows in tabs.items()}
+    bad = with_uid_tables(tabs)
     for row in bad["requests"] + bad["rounds"]:
         if row["request_id"] == "r2":
             row["request_uid"] = rid("a", "r1")
@@ -174,7 +181,7 @@ def test_a_uid_shared_by_two_requests_falls_back(tmp_path):
 
 def test_a_step_id_without_its_step_uid_falls_back(tmp_path):
     tabs = tables(False)
-    bad = {t: with_uids(rows) if t != "deployments" else rows for t, rows in tabs.items()}
+    bad = with_uid_tables(tabs)
     bad["rounds"][1]["step_uid"] = None
     _, note = fallback(tmp_path, bad, tabs, "step_uid", "1 rows have a step_id but no step_uid")
 
@@ -182,7 +189,7 @@ def test_a_step_id_without_its_step_uid_falls_back(tmp_path):
 def test_a_step_with_two_uids_falls_back(tmp_path):
     tabs = tables(False)
     tabs["steps"].append(step("a", 3, duration_ms=12.0))    # step 3 twice: duplicate_key, both rejected
-    bad = {t: with_uids(rows) if t != "deployments" else rows for t, rows in tabs.items()}
+    bad = with_uid_tables(tabs)
     bad["steps"][3]["step_uid"] = 99
     _, note = fallback(tmp_path, bad, tabs, "step_uid", "step_id 3 has two step_uids in steps")
 
@@ -237,10 +244,7 @@ def test_partitioned_ids_that_restart_every_day_need_no_partition_in_the_uid(tmp
 
 
 def test_validate_and_load_fall_back_with_the_note(tmp_path):
-    tabs = tables(True)
-    bad = {t: with_uids(rows) if t != "deployments" else rows for t, rows in tabs.items()}
-    bad["rounds"][2]["request_uid"] = rid("a", "r1")
-    traces = write_traces(tmp_path / "bad", **bad)
+    traces = write_traces(tmp_path / "bad", **r2_named_by_r1s_uid(True))
     result = run("validate", traces)
     assert result.exit_code == 0, result.output
     assert "note: the request_uid written in requests and rounds is not a valid link key" in result.output
@@ -259,10 +263,7 @@ def test_validate_and_load_fall_back_with_the_note(tmp_path):
 
 
 def test_the_report_notes_the_fallback(tmp_path):
-    tabs = tables(False)
-    bad = {t: with_uids(rows) if t != "deployments" else rows for t, rows in tabs.items()}
-    bad["rounds"][2]["request_uid"] = rid("a", "r1")
-    traces = write_traces(tmp_path / "bad", **bad)
+    traces = write_traces(tmp_path / "bad", **r2_named_by_r1s_uid(False))
     result = run("report", traces)
     assert result.exit_code == 0, result.output
     assert "the request_uid written in requests and rounds is not a valid link key" in result.output

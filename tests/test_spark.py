@@ -325,13 +325,10 @@ def test_deployment_versions_and_conflicts_on_spark(spark, tmp_path):
 def test_written_link_keys_on_spark(spark, tmp_path):
     # valid uids are the link keys on Spark too, and give the DuckDB engine's document;
     # a wrong uid in rounds falls back to hashing on both, with the same note
-    from test_link_keys import rid, tables, with_uids
+    from test_link_keys import r2_named_by_r1s_uid, tables, with_uid_tables
 
-    tabs = tables(True)
-    good = write_traces(tmp_path / "good", **{t: with_uids(r) if t != "deployments" else r for t, r in tabs.items()})
-    bad_tables = {t: with_uids(r) if t != "deployments" else r for t, r in tabs.items()}
-    bad_tables["rounds"][2]["request_uid"] = rid("a", "r1")
-    bad = write_traces(tmp_path / "bad", **bad_tables)
+    good = write_traces(tmp_path / "good", **with_uid_tables(tables(True)))
+    bad = write_traces(tmp_path / "bad", **r2_named_by_r1s_uid(True))
     for traces in (good, bad):
         (duck, duck_rejected), (on_spark, spark_rejected) = (document_and_rejected(traces, e)
                                                              for e in ("duckdb", "spark"))
