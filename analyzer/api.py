@@ -27,7 +27,7 @@ import duckdb
 from .errors import EnvironmentProblem, InputProblem
 from .outputs import check_output, write_output  # noqa: F401  re-exported for the CLI and nightly
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_in_place, load_traces,
-                          name_unreadable_input, read_summary)
+                          name_unreadable_input, read_summary, with_hashed_fallback)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
 from .analysis.slices import resolve_columns
 from .analysis.views import (DEFAULT_REPEAT_N, ROUND_AGGREGATES, ViewError, create_local_views, create_views,
@@ -224,6 +224,14 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                                "it has no date= partitions to select from")
         return open_reduced_dir(traces, memory_limit=memory_limit, temp_dir=temp_dir, repeat_n=repeat_n,
                                 progress=progress)
+    return with_hashed_fallback(lambda hashed: _open_scratch(
+        traces, hashed, date=date, memory_limit=memory_limit, progress=progress, views=views,
+        repeat_n=repeat_n, temp_dir=temp_dir, by=by), lambda ws: ws.summary, progress)
+
+
+def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, progress, views, repeat_n,
+                  temp_dir, by) -> Workspace:
+    """open_traces on the DuckDB engine, over the trace files."""
     file_from = file_database_bytes()
     workdir = private_temp_dir(temp_dir)
     try:
@@ -235,7 +243,8 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     try:
         # The rounds are read in place when the views are built: their aggregates count the
         # rules that read other rows. Without views (validate) the rounds are copied.
-        summary = load_traces(con, traces, date=date, progress=progress, rounds_in_place=views)
+        summary = load_traces(con, traces, date=date, progress=progress, rounds_in_place=views,
+                              hashed_links=hashed_links)
         slices = resolve_columns(con, by) if by else ()
         if views:
             if progress:
@@ -245,11 +254,16 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                 progress("counting the rounds' rules that read other rows, from the aggregates")
             if confirm_in_place(con, summary, ROUND_AGGREGATES, progress):
                 _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices)
-        check_link_keys(con, summary.found, ROUND_AGGREGATES if views else None)
+        _check_link_keys(con, summary, ROUND_AGGREGATES if views else None)
     except BaseException:
         Workspace(con, None, workdir).close()
         raise
     return Workspace(con, summary, workdir, slices=slices)
+
+
+def _check_link_keys(con, summary: LoadSummary, aggregates) -> None:
+    check_link_keys(con, summary.found, aggregates, written=summary.written_links,
+                    rows_without_uid=summary.rows_without_uid)
 
 
 def _create_views_over(con, summary: LoadSummary, **options) -> None:
@@ -379,6 +393,13 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
     db = Path(db)
     check_output(db)
     check_memory_limit(memory_limit)
+    return with_hashed_fallback(lambda hashed: _write_database(
+        traces, db, hashed, memory_limit=memory_limit, progress=progress, repeat_n=repeat_n,
+        temp_dir=temp_dir, by=by), lambda summary: summary, progress)
+
+
+def _write_database(traces, db: Path, hashed_links: frozenset[str], *, memory_limit, progress, repeat_n,
+                    temp_dir, by) -> LoadSummary:
     partial = db.with_name(db.name + ".partial")
     for leftover in (partial, Path(str(partial) + ".wal")):
         leftover.unlink(missing_ok=True)
@@ -387,11 +408,11 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
         con = connect(partial, memory_limit=memory_limit, spill_dir=workdir / "spill",
                       storage_compatibility=STORAGE_COMPATIBILITY)
         try:
-            summary = load_traces(con, traces, progress=progress)
+            summary = load_traces(con, traces, progress=progress, hashed_links=hashed_links)
             if progress:
                 progress("creating views")
             create_views(con, repeat_n=repeat_n, by=resolve_columns(con, by) if by else ())
-            check_link_keys(con, summary.found, ROUND_AGGREGATES)
+            _check_link_keys(con, summary, ROUND_AGGREGATES)
             con.execute("checkpoint")
         except BaseException:
             con.close()

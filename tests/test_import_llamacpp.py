@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from analyzer.cli import main
 from analyzer.ingest.importers import SOURCES
+from analyzer.ingest.uids import link_uid
 from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
 from analyzer.ingest.importers.llamacpp_log import (CONTRADICTS, NO_CLOCK, NO_DRAFT_LINE, NOT_PARSED, OTHER_LINE,
                                                     PARTIAL, STATS_UNUSED, drafts_from, import_llamacpp_log, parse_draft)
@@ -245,11 +246,11 @@ def test_responses_requests_and_intervals(tmp_path):
         {"deployment_id": "llama", "request_id": "chatcmpl-pr12603", "category": "story",
          "arrival_time": t("2025-03-27T18:00:00"), "first_token_time": t("2025-03-27T18:00:00.228522"),
          "finish_time": t("2025-03-27T18:00:11.311128"), "prompt_tokens": 30, "output_tokens": 200,
-         "finish_reason": "length"},
+         "finish_reason": "length", "request_uid": link_uid("llama", "chatcmpl-pr12603")},
         {"deployment_id": "llama", "request_id": "chatcmpl-nFCxRKKHfmmnVXEHbeKtPcEqHXBZvQCr", "category": None,
          "arrival_time": t("2026-05-21T07:39:37.242488"), "first_token_time": t("2026-05-21T07:39:37.370789"),
          "finish_time": t("2026-05-21T07:39:58"), "prompt_tokens": 808, "output_tokens": 665,
-         "finish_reason": "stop"},
+         "finish_reason": "stop", "request_uid": link_uid("llama", "chatcmpl-nFCxRKKHfmmnVXEHbeKtPcEqHXBZvQCr")},
     ]
     assert rows(out, "intervals") == [
         {"deployment_id": "llama", "series": "chatcmpl-pr12603", "start_time": t("2025-03-27T18:00:00"),

@@ -320,3 +320,33 @@ def test_deployment_versions_and_conflicts_on_spark(spark, tmp_path):
         assert sorted(duck_rejected) == sorted(sp_rejected)
     assert duck["input"]["deployment_conflicts"][0]["partition"] == DAY2
     assert sorted(duck_rejected) == [("deployments", f"deployment_id=a, {DAY2}", "duplicate_key")] * 2
+
+
+def test_written_link_keys_on_spark(spark, tmp_path):
+    # valid uids are the link keys on Spark too, and give the DuckDB engine's document;
+    # a wrong uid in rounds falls back to hashing on both, with the same note
+    from test_link_keys import r2_named_by_r1s_uid, tables, with_uid_tables
+
+    good = write_traces(tmp_path / "good", **with_uid_tables(tables(True)))
+    bad = write_traces(tmp_path / "bad", **r2_named_by_r1s_uid(True))
+    for traces in (good, bad):
+        (duck, duck_rejected), (on_spark, spark_rejected) = (document_and_rejected(traces, e)
+                                                             for e in ("duckdb", "spark"))
+        assert differences(duck, on_spark) == []
+        assert duck_rejected == spark_rejected == [
+            ("rounds", "deployment_id=a, request_id=r3, round_idx=0", "unknown_request")]
+    notes = [n for n in on_spark["notes"] if "request_uid" in str(n)]
+    assert len(notes) == 1 and "not a valid link key" in str(notes[0])
+    from analyzer import spark as engine
+
+    assert engine.validate(str(good))[0].written_links == {"request_uid", "step_uid"}
+    assert engine.validate(str(bad))[0].written_links == {"step_uid"}     # request_uid hashed the second time
+
+
+def test_the_recipe_in_spark_sql_gives_the_same_uids(spark):
+    # docs/trace-format.md's Spark SQL: conv() to base -10 reads the hex digits as signed
+    from analyzer.ingest.uids import link_uid
+
+    rows = spark.sql("select cast(conv(substring(md5(concat(d, char(31), k)), 1, 16), 16, -10) as bigint) as uid "
+                     "from values ('a', 'r1'), ('a', 'r2'), ('dép', 'ü') as t(d, k)").collect()
+    assert [r.uid for r in rows] == [link_uid("a", "r1"), link_uid("a", "r2"), link_uid("dép", "ü")]

@@ -89,6 +89,10 @@ class LoadSummary:
     pending: RoundsInPlace | None = field(default=None, repr=False, compare=False)
     notes: list[str] = field(default_factory=list)   # about the input, e.g. entries that are not tables
     found: dict | None = field(default=None, repr=False, compare=False)  # the files read, per table
+    # the link keys read from the files (rules.TablePlan.written_links), and per link key
+    # the rows that have its id but not the uid
+    written_links: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    rows_without_uid: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def rejected_total(self) -> int:
@@ -276,6 +280,7 @@ def load_traces(
     date: str | None = None,
     progress: Progress | None = None,
     rounds_in_place: bool = False,
+    hashed_links: frozenset[str] = frozenset(),
 ) -> LoadSummary:
     """Build the clean tables, ``rejected_rows`` and the metadata tables in ``con``.
 
@@ -285,6 +290,9 @@ def load_traces(
     alone. The rules that read other rows are then still to be counted: the caller
     builds the rounds' aggregates and calls ``confirm_in_place``, which takes the
     exact strategy when a count is not zero.
+
+    The link keys a writer stored are used unless ``hashed_links`` names them (the
+    caller's second load, once ``check_link_keys`` found them invalid).
     """
     say = progress or (lambda _msg: None)
     con.execute("set TimeZone = 'UTC'")
@@ -292,20 +300,25 @@ def load_traces(
     say("checking structure")
     check_structure(con, found)
     schemas = load_schemas()
+    written, link_notes = written_links(found, hashed_links)
     con.execute("create or replace table rejected_rows (table_name varchar, row_key varchar, reason varchar)")
     rows_read: dict[str, int] = {}
     rejected: dict[str, dict[str, int]] = {}
+    without_uid: dict[str, int] = {}
     pending = None
     # In order: a table's rules read its parents as read (their clean rows and the
     # rejected copies) and the clean steps (round_out_of_order).
     for table in TABLE_ORDER:
         entry, schema = found[table], schemas[table]
-        plan = table_plan(entry, schema, found)
+        plan = table_plan(entry, schema, found, written)
         if table == "rounds" and rounds_in_place and entry.present:
             say(f"reading rounds ({len(entry.files)} files, in place: counting row-rule breaks)")
-            rows_read[table], breaking = read_in_place(con, schema, plan, entry)
+            rows_read[table], breaking, missing = read_in_place(con, schema, plan, entry)
             rejected[table] = {}
             if not breaking:
+                # every round as read is counted: the exact strategy confirm_in_place may
+                # take later reads the same rows
+                _add_counts(without_uid, missing)
                 pending = RoundsInPlace(found, plan)
                 continue
             say("rounds break a row rule (" + ", ".join(f"{r} {n}" for r, n in breaking.items())
@@ -313,15 +326,40 @@ def load_traces(
         else:
             say(f"reading {table} ({len(entry.files)} file{'s' if len(entry.files) != 1 else ''})")
         rows_read[table], rejected[table] = load_exactly(con, schema, plan, entry, say)
+        _add_counts(without_uid, count_rows_without_uid(con, schema, plan))
 
     rows_clean = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLE_ORDER}
-    count_conflict_rows(con, {t: table_plan(found[t], schemas[t], found) for t in TABLE_ORDER})
+    count_conflict_rows(con, {t: table_plan(found[t], schemas[t], found, written) for t in TABLE_ORDER})
     _write_metadata(con, found, schemas, rows_read, rows_clean)
     _load_import_notes(con, Path(traces))
     summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected,
-                          notes=unknown_entries(Path(traces)), found=found)
+                          notes=unknown_entries(Path(traces)) + link_notes, found=found,
+                          written_links=written, rows_without_uid=without_uid)
     summary.pending = pending
     return summary
+
+
+def _add_counts(counts: dict[str, int], more: dict[str, int]) -> None:
+    for key, n in more.items():
+        if n:
+            counts[key] = counts.get(key, 0) + n
+
+
+def count_rows_without_uid(con, schema: TableSchema, plan: rules.TablePlan) -> dict[str, int]:
+    """Per written link key of the loaded ``schema.table``, its rows (clean and rejected)
+    that have the link's id but not the uid its writer should have stored."""
+    sql = rows_without_uid_sql(schema, plan, rules.parents_as_read_sql(schema.table))
+    return dict(zip(sorted(rules.rows_without_uid_conditions(schema, plan)), con.execute(sql).fetchone())) if sql else {}
+
+
+def rows_without_uid_sql(schema: TableSchema, plan: rules.TablePlan, relation: str) -> str | None:
+    """Per written link key of the table (in sorted order), how many rows of ``relation``
+    have the link's id but not the uid; None when the table has no written link key."""
+    conditions = rules.rows_without_uid_conditions(schema, plan)
+    if not conditions:
+        return None
+    return "select " + ", ".join(f"count(*) filter (where {conditions[uid]})" for uid in sorted(conditions)) \
+        + f" from {relation}"
 
 
 def count_conflict_rows(con, plans: dict[str, rules.TablePlan]) -> None:
@@ -363,17 +401,19 @@ def load_exactly(con, schema: TableSchema, plan: rules.TablePlan, entry: TableFi
     return rows, by_reason
 
 
-def read_in_place(con, schema: TableSchema, plan: rules.TablePlan, entry: TableFiles) -> tuple[int, dict[str, int]]:
+def read_in_place(con, schema: TableSchema, plan: rules.TablePlan,
+                  entry: TableFiles) -> tuple[int, dict[str, int], dict[str, int]]:
     """The in-place strategy's first half: ``<table>`` becomes a view over the files, and one
     pass counts the rows breaking each rule that reads the row alone. ``(rows, the
-    non-zero counts by reason)``. The pass decodes every listed column, so a damaged
+    non-zero counts by reason, rows without their written uid)``. The pass decodes every listed column, so a damaged
     data page is found here, naming its file."""
     _execute(con, rules.raw_table_sql(schema, plan, view=schema.table), entry)
     result = _execute(con, rules.row_pass_sql(schema, plan, schema.table), entry)
     names = [d[0] for d in result.description]
     counts = dict(zip(names, result.fetchone()))
     total = counts.pop("rows")
-    return total, {reason: n for reason, n in counts.items() if n}
+    without_uid = {uid: counts.pop(rules.rows_without_uid_column(uid)) for uid in plan.written_links}
+    return total, {reason: n for reason, n in counts.items() if n}, without_uid
 
 
 def in_place_counts(con: duckdb.DuckDBPyConnection, pending: RoundsInPlace,
@@ -417,6 +457,71 @@ def confirm_in_place(con: duckdb.DuckDBPyConnection, summary: LoadSummary, aggre
 LINKS = (("requests", "request_uid", "request_id", "per_request"),
          ("steps", "step_uid", "step_id", "per_step"))
 
+LINK_KEYS_DOC = "docs/trace-format.md#link-keys-written-at-the-source"
+
+
+def written_links(found: dict[str, TableFiles],
+                  hashed: frozenset[str] = frozenset()) -> tuple[frozenset[str], list[str]]:
+    """The link keys to read from the files rather than hash: those that every file of both
+    tables of the link carries (the rounds and the parent, both present), less ``hashed``.
+    With the notes for a link key that only some of those files carry."""
+    written, notes = set(), []
+    for parent, uid, column, _holder in LINKS:
+        tables = [found[parent], found["rounds"]]
+        files = [(entry.table, path) for entry in tables for path in entry.files]
+        carrying = [f for f in files if uid in found[f[0]].file_schemas[f[1]].names]
+        if not carrying or uid in hashed:
+            continue
+        if not all(entry.present for entry in tables):
+            continue  # nothing to link: the rounds' uid would group them alone, unchecked
+        if len(carrying) == len(files):
+            written.add(uid)
+            continue
+        lacking = next(str(path) for table, path in files if (table, path) not in carrying)
+        notes.append(f"{uid} is in {len(carrying)} of the {len(files)} files of {parent} and rounds "
+                     f"(not in {lacking}, for one): specan hashed deployment_id, {column} and the shared "
+                     f"partition values instead, which gives the same numbers; a written {uid} is used "
+                     f"only when every file of both tables has it ({LINK_KEYS_DOC})")
+    return frozenset(written), notes
+
+
+class InvalidLinkKeys(Exception):
+    """The link keys a writer stored do not link what the string keys link. Not an error
+    of the input: the caller loads again with ``hashed_links`` and adds ``note``."""
+
+    def __init__(self, uid: str, parent: str, problem: str):
+        self.uid = uid
+        column = LINK_KEYS_COLUMN[uid]
+        self.note = (f"the {uid} written in {parent} and rounds is not a valid link key ({problem}): "
+                     f"specan hashed deployment_id, {column} and the shared partition values instead, "
+                     f"which gives the numbers the string keys give ({LINK_KEYS_DOC})")
+        super().__init__(self.note)
+
+
+LINK_KEYS_COLUMN = {uid: column for _parent, uid, column, _holder in LINKS}
+
+
+def with_hashed_fallback(run, summary_of, progress: Progress | None = None):
+    """``run(hashed_links)`` with no link key hashed that its writer stored; when the
+    written ones turn out invalid (``InvalidLinkKeys``), run again with those hashed, and
+    the reason as a note of the result's summary (``summary_of(result)``). The second
+    run reads the string keys as for a trace without uids: the same numbers."""
+    hashed: frozenset[str] = frozenset()
+    notes: list[str] = []
+    while True:
+        try:
+            result = run(hashed)
+        except InvalidLinkKeys as invalid:
+            if invalid.uid in hashed:
+                raise InternalError(f"{invalid.uid} was hashed and still found invalid") from None
+            if progress:
+                progress(f"{invalid.uid} as written is not a valid link key: loading again with hashed keys")
+            hashed |= {invalid.uid}
+            notes.append(invalid.note)
+            continue
+        summary_of(result).notes.extend(notes)
+        return result
+
 
 def parent_collision_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
                          relation: str) -> str:
@@ -436,27 +541,99 @@ def collision(uid: str, value, parent: str) -> InternalError:
                          "which every number would merge; nothing is reported (please report this)")
 
 
+def parent_key_uids_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
+                        relation: str) -> str:
+    """One key of the parent rows in ``relation`` that has two uids, if any (its id)."""
+    shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
+    key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
+    return (f"select {rules.q(column)} from {relation} group by {key} "
+            f"having count(distinct {uid}) > 1 or count({uid}) < count(*) limit 1")
+
+
+def misdirected_uid_sql(uid: str, column: str, aggregate: str, parents: str) -> str:
+    """One ``uid`` of the rounds (``aggregate``, one row per deployment_id and uid) that no
+    parent as read has, or whose parent has another key: the rounds' own key, not the
+    uid, names their parent. Run after the rows are clean, when every clean round has
+    a parent by its string key (unknown_* rejects the others)."""
+    return (f"select a.{uid}, a.{rules.q(column)} from {aggregate} as a "
+            f"left join (select distinct {uid}, deployment_id, {rules.q(column)} from {parents}) as p "
+            f"on p.{uid} = a.{uid} "
+            f"where p.{uid} is null or p.deployment_id <> a.deployment_id "
+            f"or p.{rules.q(column)} <> a.{rules.q(column)} limit 1")
+
+
+# The aggregates check_link_keys reads off the rounds table when no view built them (validate).
+ROUNDS_BY_LINK_KEY = rules.RoundAggregates(
+    per_request="(select deployment_id, request_uid, min(request_id) as request_id, "
+                "min(request_id) <> max(request_id) as request_uid_collides "
+                "from rounds group by deployment_id, request_uid)",
+    per_step="(select deployment_id, step_uid, min(step_id) as step_id, "
+             "min(step_id) <> max(step_id) as step_uid_collides "
+             "from rounds where step_uid is not null group by deployment_id, step_uid)")
+
+
 def check_link_keys(con: duckdb.DuckDBPyConnection, found: dict[str, TableFiles],
-                    aggregates: rules.RoundAggregates | None = None) -> None:
+                    aggregates: rules.RoundAggregates | None = None, *,
+                    written: frozenset[str] = frozenset(), rows_without_uid: dict[str, int] | None = None) -> None:
     """The 64-bit link keys (request_uid, step_uid) must each stand for one key.
 
     Parents: exactly one join key per uid. Rounds: one id per uid within a
     deployment, read off ``aggregates`` when there are (not under validate). A
-    collision is astronomically rare, but it would merge two requests or steps
-    silently, so it stops the run as an internal error (exit 3)."""
+    collision of the hash is astronomically rare, but it would merge two requests or
+    steps silently, so it stops the run as an internal error (exit 3).
+
+    A link key in ``written`` (stored by the writer) must also be one uid per key among
+    the parents, present wherever its id is (``rows_without_uid``), and name each
+    round's own parent; the rounds are checked off ``aggregates``, or off the rounds
+    table itself. Otherwise ``InvalidLinkKeys``: the caller loads with hashed keys."""
+    link_key_checks(lambda sql: con.execute(sql).fetchone(), found, rules.parents_as_read_sql, aggregates,
+                    written=written, rows_without_uid=rows_without_uid)
+
+
+def link_key_checks(fetch: Callable[[str], tuple | None], found: dict[str, TableFiles],
+                    parents_of: Callable[[str], str], aggregates: rules.RoundAggregates | None = None, *,
+                    written: frozenset[str] = frozenset(), rows_without_uid: dict[str, int] | None = None,
+                    rounds: bool = True) -> None:
+    """``check_link_keys`` on any engine: ``fetch(sql)`` runs DuckDB SQL (transpiled where
+    needed) and returns its first row or None; ``parents_of(table)`` names the parent as
+    read. Without ``rounds`` only the parents are checked (the rounds' aggregates come later)."""
+    rows_without_uid = rows_without_uid or {}
     for parent, uid, column, holder in LINKS:
+        is_written = uid in written
+        parents = parents_of(parent)
+        if is_written and rows_without_uid.get(uid):
+            raise InvalidLinkKeys(uid, parent, f"{rows_without_uid[uid]} rows have a {column} but no {uid}")
         hit = None
         if found[parent].present:
-            hit = con.execute(parent_collision_sql(found, parent, uid, column,
-                                                   rules.parents_as_read_sql(parent))).fetchone()
-        if hit is None and aggregates is not None:
-            hit = con.execute(aggregate_collision_sql(uid, getattr(aggregates, holder))).fetchone()
+            hit = fetch(parent_collision_sql(found, parent, uid, column, parents))
+            if hit is not None and is_written:
+                raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {parent} keys")
+        if hit is None and is_written:
+            twice = fetch(parent_key_uids_sql(found, parent, uid, column, parents))
+            if twice is not None:
+                raise InvalidLinkKeys(uid, parent, f"{column} {twice[0]!r} has two {uid}s in {parent}")
+        relation = getattr(aggregates, holder) if aggregates is not None else None
+        if relation is None and is_written:
+            relation = getattr(ROUNDS_BY_LINK_KEY, holder)
+        if not rounds:
+            relation = None
+        if hit is None and relation is not None:
+            hit = fetch(aggregate_collision_sql(uid, relation))
+            if hit is not None and is_written:
+                raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {column}s in rounds")
         if hit is not None:
             raise collision(uid, hit[0], parent)
+        if is_written and relation is not None:
+            wrong = fetch(misdirected_uid_sql(uid, column, relation, parents))
+            if wrong is not None:
+                raise InvalidLinkKeys(uid, parent, f"rounds of {column} {wrong[1]!r} have {uid} {wrong[0]}, "
+                                                   f"which {parent} gives another {column} or none")
 
 
-def table_plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles]) -> rules.TablePlan:
-    """What the SQL builders need to know about this table's files."""
+def table_plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles],
+               written: frozenset[str] = frozenset()) -> rules.TablePlan:
+    """What the SQL builders need to know about this table's files (``written``: the link
+    keys read from the files, ``written_links``)."""
     def shared(other: str) -> tuple[str, ...]:
         if other == "deployments" or schema.table == "deployments":
             return ()
@@ -477,6 +654,7 @@ def table_plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFil
         stop_reason_anywhere="stop_reason" in present if schema.table == "rounds" else True,
         parent_keys={ref.table: _own_key(ref.table, found) for ref in schema.references},
         text_columns=frozenset(text),
+        written_links=frozenset(uid for uid in written if uid in schema.link_columns),
     )
 
 

@@ -34,7 +34,12 @@ Join keys: a partition column is part of its table's key, and a join between
 two tables also matches every partition column they share. The clean tables
 carry that join as one integer per link, ``request_uid`` (rounds ↔ requests)
 and ``step_uid`` (rounds ↔ steps), so the views in ``sql/`` stay independent
-of how a trace directory happens to be partitioned.
+of how a trace directory happens to be partitioned. The integer is the one the
+writer stored (``TablePlan.written_links``: every file of both tables carries it;
+combined with the shared partition values when there are), else a hash of the
+string keys. The row rules never read it: they match the string keys, so no
+uid, valid or not, changes a rejected row (``ingest.load.check_link_keys``
+decides whether the written uids may stand for the keys).
 """
 
 from __future__ import annotations
@@ -76,9 +81,13 @@ class TablePlan:
     parent_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # listed columns that some file stores as text (a time given as a string)
     text_columns: frozenset[str] = frozenset()
+    # the link keys (request_uid, step_uid) read from the files instead of hashed: every
+    # file of both tables of the link carries the column (ingest.load.written_links)
+    written_links: frozenset[str] = frozenset()
 
 
-# Columns the loader adds. An input column of the same name is kept as input_<name>.
+# Columns the loader fills: the link keys (listed columns a writer may store, else the
+# loader's hash) and the row id. An unlisted input column of such a name is kept as input_<name>.
 DERIVED_COLUMNS = ("request_uid", "step_uid", "_specan_row")
 
 
@@ -160,21 +169,60 @@ def _uid(exprs: dict[str, str], columns: tuple[str, ...], partitions: tuple[str,
     return f"hash({', '.join(parts)})"
 
 
+def _written_uid(exprs: dict[str, str], uid: str, partitions: tuple[str, ...]) -> str:
+    """The link key from the uid a writer stored: itself, or with the shared partition
+    values mixed in, so a uid need only tell keys apart within one partition (a hive
+    partition is one value per file: hashing an integer with it costs a tenth of
+    hashing the string keys)."""
+    if not partitions:
+        return exprs[uid]
+    mixed = ", ".join([exprs[uid]] + [f"cast({q(p)} as varchar)" for p in partitions])
+    return f"case when {exprs[uid]} is not null then hash({mixed}) end"
+
+
+# Each link key, the id column it stands for, and the parent table that defines it.
+LINK_KEYS = {"request_uid": ("request_id", "requests"), "step_uid": ("step_id", "steps")}
+
+
+def link_key_columns(schema: TableSchema, plan: TablePlan, uid: str) -> tuple[str, ...]:
+    """The string key a link key stands for in this table: deployment_id, the id, and the
+    partition columns the link spans."""
+    column, parent = LINK_KEYS[uid]
+    if schema.table == "rounds":
+        if uid == "request_uid" and not plan.parent_present.get("requests"):
+            # Without a requests table a request is identified by the rounds' own key.
+            partitions = tuple(sorted(p for p in plan.partitions if p not in schema.key))
+        else:
+            partitions = plan.shared_partitions[parent]
+    else:
+        partitions = plan.shared_partitions["rounds"]
+    return ("deployment_id", column) + partitions
+
+
 def _link_columns(schema: TableSchema, plan: TablePlan, exprs: dict[str, str]) -> dict[str, str]:
     """request_uid / step_uid: the join keys between rounds and its parents."""
     links: dict[str, str] = {}
-    if schema.table == "requests":
-        links["request_uid"] = _uid(exprs, ("deployment_id", "request_id"), plan.shared_partitions["rounds"])
-    elif schema.table == "steps":
-        links["step_uid"] = _uid(exprs, ("deployment_id", "step_id"), plan.shared_partitions["rounds"])
-    elif schema.table == "rounds":
-        # Without a requests table a request is identified by the rounds' own key.
-        request_parts = (plan.shared_partitions["requests"] if plan.parent_present.get("requests")
-                         else tuple(sorted(p for p in plan.partitions if p not in schema.key)))
-        links["request_uid"] = _uid(exprs, ("deployment_id", "request_id"), request_parts)
-        step = _uid(exprs, ("deployment_id", "step_id"), plan.shared_partitions["steps"])
-        links["step_uid"] = f"case when {exprs['step_id']} is not null then {step} end"
+    for uid in schema.link_columns:
+        columns = link_key_columns(schema, plan, uid)
+        key, partitions = columns[:2], columns[2:]
+        links[uid] = (_written_uid(exprs, uid, partitions) if uid in plan.written_links
+                      else _uid(exprs, key, partitions))
+    if schema.table == "rounds":
+        links["step_uid"] = f"case when {exprs['step_id']} is not null then {links['step_uid']} end"
     return links
+
+
+def rows_without_uid_conditions(schema: TableSchema, plan: TablePlan) -> dict[str, str]:
+    """Per written link key of the table, the condition of a row that has the link's id
+    but not the uid its writer should have stored with it (a null cannot link it)."""
+    return {uid: f"{q(LINK_KEYS[uid][0])} is not null and {q(uid)} is null"
+            for uid in schema.link_columns if uid in plan.written_links}
+
+
+def rows_without_uid_column(uid: str) -> str:
+    """The row pass's count of rows without ``uid`` (not a rule: such a row is not
+    rejected, the written link key is not used)."""
+    return f"_rows_without_{uid}"
 
 
 def _partition_columns(schema: TableSchema, plan: TablePlan) -> tuple[str, ...]:
@@ -185,7 +233,7 @@ def raw_select_sql(schema: TableSchema, plan: TablePlan, source: str | None) -> 
     """The select that types and defaults the table's rows read from ``source`` (a
     relation holding the files' columns, unioned by name; None: no files)."""
     exprs = _column_exprs(schema, plan)
-    select = [f"{expr} as {q(name)}" for name, expr in exprs.items()]
+    select = [f"{expr} as {q(name)}" for name, expr in exprs.items() if name not in schema.link_columns]
     select += [f"{q(c)} as {q('input_' + c)}" if c in DERIVED_COLUMNS else q(c) for c in plan.extra_columns]
     select += [q(p) for p in _partition_columns(schema, plan)]
     select += [f"{expr} as {name}" for name, expr in _link_columns(schema, plan, exprs).items()]
@@ -289,29 +337,40 @@ def table_rules(schema: TableSchema, plan: TablePlan) -> list[RowRule]:
 def _rows_cte(schema: TableSchema, plan: TablePlan, rules: list[RowRule], inputs: RuleInputs,
               row_ids: bool) -> list[str]:
     """``r``: the rows with the columns the rules name besides their own (``_specan_row``,
-    the table's rowid, with ``row_ids``)."""
+    the table's rowid, with ``row_ids``). A request's rounds and a round's step are
+    found by their string keys, not by the link keys: a written uid that links wrongly
+    must not move a rejected row (the link keys are checked afterwards)."""
     row_id = ", rowid as _specan_row" if row_ids else ""
     named = " ".join(rule.condition for rule in rules)
+    request = (", ".join(f"r0.{q(c)}" for c in link_key_columns(schema, plan, "request_uid"))
+               if schema.table == "rounds" else "")
     stop = ""
     if IMPLICIT_STOP in named:
         stop = (", false as _implicit_stop_round" if plan.stop_reason_anywhere else
-                ", round_idx = max(round_idx) over (partition by request_uid) as _implicit_stop_round")
+                f", round_idx = max(round_idx) over (partition by {request}) as _implicit_stop_round")
     if not any(rule.reads == "order" for rule in rules):
-        return [f"r as (select *{row_id}{stop} from {inputs.rows})"]
+        return [f"r as (select *{row_id}{stop} from {inputs.rows} as r0)"]
     # A step's end as the views compute it (macro step_end_time), to the microsecond; a
-    # step_uid that several clean steps share (ambiguous_step) has no one end. Rounds
+    # step key that several clean steps share (ambiguous_step) has no one end. Rounds
     # without their required columns take no part in the order.
     keyed = " and ".join(f"r0.{q(c)} is not null" for c in schema.required_columns)
     steps = inputs.clean.get("steps")
-    ends = (f"select step_uid as _step, min(epoch_us(start_time) + cast(round(duration_ms * 1000) as bigint)) "
-            f"as _end from {steps} group by step_uid having count(*) = 1" if steps and plan.parent_present.get("steps")
-            else "select cast(null as bigint) as _step, cast(null as bigint) as _end where false")
+    step_key = link_key_columns(schema, plan, "step_uid")
+    if steps and plan.parent_present.get("steps"):
+        ends = (f"select {', '.join(f'{q(c)} as _s{i}' for i, c in enumerate(step_key))}, "
+                f"min(epoch_us(start_time) + cast(round(duration_ms * 1000) as bigint)) as _end "
+                f"from {steps} group by {', '.join(q(c) for c in step_key)} having count(*) = 1")
+    else:
+        typed = [f"cast(null as {'bigint' if c == 'step_id' else 'varchar'}) as _s{i}" for i, c in enumerate(step_key)]
+        ends = f"select {', '.join(typed)}, cast(null as bigint) as _end where false"
+    # the same join as unknown_step's: a null step_id finds no step
+    on = " and ".join(f"step_ends._s{i} = r0.{q(c)}" for i, c in enumerate(step_key))
     end = f"case when {keyed} then step_ends._end end"
-    return [f"r0 as (select *{row_id}{stop} from {inputs.rows})",
+    return [f"r0 as (select *{row_id}{stop} from {inputs.rows} as r0)",
             f"step_ends as ({ends})",
-            f"r as (select r0.*, {end} as {STEP_END}, max({end}) over (partition by r0.request_uid "
+            f"r as (select r0.*, {end} as {STEP_END}, max({end}) over (partition by {request} "
             f"order by r0.round_idx range between unbounded preceding and 1 preceding) as {EARLIER_STEP_END} "
-            f"from r0 left join step_ends on step_ends._step = r0.step_uid)"]
+            f"from r0 left join step_ends on {on})"]
 
 
 def _lookups(schema: TableSchema, plan: TablePlan, rules: list[RowRule],
@@ -480,10 +539,13 @@ def row_pass_sql(schema: TableSchema, plan: TablePlan, relation: str) -> str:
     """The in-place strategy's one pass over ``relation``: ``count(*)``, then per rule that
     reads the row alone (``reason``), how many rows break it, by the classification's
     own condition. A row that breaks two rules counts under both: each count is zero
-    exactly when no row breaks that rule."""
+    exactly when no row breaks that rule. With written link keys, also how many rows
+    lack the uid their id needs (``rows_without_uid_column``)."""
     rules = [rule for rule in table_rules(schema, plan) if rule.reads == "row"]
     (cte,) = _rows_cte(schema, plan, rules, RuleInputs(relation), row_ids=False)
     counts = ", ".join(f"count(*) filter (where {rule.condition}) as {q(rule.reason)}" for rule in rules)
+    for uid, condition in rows_without_uid_conditions(schema, plan).items():
+        counts += f", count(*) filter (where {condition}) as {rows_without_uid_column(uid)}"
     return f"with {cte}\nselect count(*) as rows, {counts} from r"
 
 
@@ -497,7 +559,9 @@ class RoundAggregates:
     (false only when no round_idx repeats), ``has_round_out_of_order`` (false only when the
     ends of the request's clean steps do not fall with round_idx) and
     ``request_uid_collides``; ``per_step``: one row per non-null ``step_uid`` with
-    ``step_uid_collides``."""
+    ``step_uid_collides``. Each also names its key (``request_id``, ``step_id``: the
+    least of those behind the uid), which the check of written link keys compares
+    with the parent's (``ingest.load.check_link_keys``)."""
 
     per_request: str
     per_step: str

@@ -25,6 +25,8 @@ class Column:
     meaning: str = ""
     default: object = None
     default_column: str | None = None
+    # a link key the writer may store (request_uid, step_uid): an identifier, not a count
+    link: bool = False
 
     @property
     def has_default(self) -> bool:
@@ -74,7 +76,11 @@ class TableSchema:
 
     @property
     def count_columns(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns if c.type in INTEGER_TYPES)
+        return tuple(c.name for c in self.columns if c.type in INTEGER_TYPES and not c.link)
+
+    @property
+    def link_columns(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.link)
 
     @property
     def rule_reasons(self) -> tuple[str, ...]:
@@ -95,6 +101,7 @@ def _parse(doc: dict) -> TableSchema:
             meaning=c.get("meaning", ""),
             default=c.get("default"),
             default_column=c.get("default_column"),
+            link=bool(c.get("link", False)),
         )
         for c in doc["columns"]
     )

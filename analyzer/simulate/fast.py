@@ -19,6 +19,8 @@ them exactly:
   mean accept length = (1 − a^5)/(1 − a) = 3.3616. Every round commits K + 1
   (no truncation); the last round of a request has stop_reason ``eos``.
 - No token ids (``--no-tokens``): repetition statistics are skipped, with a note.
+- The link keys ``request_uid`` and ``step_uid`` (docs/trace-format.md), digested
+  once per request and per step.
 
 Files are written in chunks of ``CHUNK_ROUNDS`` rounds, as several Parquet
 files per table, so memory stays bounded whatever N is.
@@ -33,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from ..ingest.uids import link_uids
 
 GAMMA = 4
 ROUNDS_PER_REQUEST = 100
@@ -88,9 +92,12 @@ def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], Non
         step_start = start_us + np.concatenate([[0], np.cumsum(np.round(durations * 1000))[:-1]]).astype(np.int64)
         step_end = step_start + np.round(durations * 1000).astype(np.int64)
         step_of_round = np.repeat(np.arange(len(batches)), batches)
+        # the link keys, once per step and per request; the rounds take theirs by index
+        step_uids = np.array(link_uids([dep] * len(batches), range(len(batches))), dtype=np.int64)
         pq.write_table(pa.table({
             "deployment_id": pa.array([dep] * len(batches)).dictionary_encode(),
             "step_id": pa.array(np.arange(len(batches), dtype=np.int64)),
+            "step_uid": pa.array(step_uids),
             "start_time": _ts(step_start),
             "duration_ms": pa.array(np.round(durations * 1000) / 1000),
             "batch_size": pa.array(batches.astype(np.int32)),
@@ -99,6 +106,7 @@ def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], Non
         counts["steps"] += len(batches)
         num_requests = per_dep // ROUNDS_PER_REQUEST
         ids = pa.array([f"{dep}-{i:08d}" for i in range(num_requests)])
+        request_uids = np.array(link_uids([dep] * num_requests, ids.to_pylist()), dtype=np.int64)
         first_round = np.arange(num_requests) * ROUNDS_PER_REQUEST
         first_step = step_of_round[first_round]
         last_step = step_of_round[first_round + ROUNDS_PER_REQUEST - 1]
@@ -106,6 +114,7 @@ def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], Non
         pq.write_table(pa.table({
             "deployment_id": pa.array([dep] * num_requests).dictionary_encode(),
             "request_id": ids,
+            "request_uid": pa.array(request_uids),
             "category": pa.array(["chat"] * num_requests).dictionary_encode(),
             "arrival_time": _ts(arrival),
             "first_token_time": _ts(step_start[first_step] - 1),
@@ -133,6 +142,8 @@ def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], Non
                 "request_id": pa.DictionaryArray.from_arrays(request.astype(np.int32), ids),
                 "round_idx": pa.array(round_idx),
                 "step_id": pa.array(step_of_round[lo:hi].astype(np.int64)),
+                "request_uid": pa.array(request_uids[request]),
+                "step_uid": pa.array(step_uids[step_of_round[lo:hi]]),
                 "num_draft_tokens": pa.array(drafts),
                 "num_accepted_tokens": pa.array(accepted),
                 "num_committed_tokens": pa.array(accepted + 1),

@@ -181,6 +181,7 @@ import pyarrow.parquet as pq
 
 from ..analysis.ngram import replay_request
 from ..ingest.schema import load_schemas
+from ..ingest.uids import uid_columns
 
 DEFAULT_REQUESTS = 200
 DEFAULT_DAYS = 3
@@ -1017,12 +1018,10 @@ def simulate(outdir, *, seed: int = 0, requests: int = DEFAULT_REQUESTS, days: i
             round_parts.append(_round_columns(dep, res))
             say(f"{day}: {dep.deployment_id}: {len(res['steps']['step_id'])} steps, "
                 f"{len(res['rounds']['req'])} rounds")
-        tables = {
-            "deployments": deployments,
-            "requests": _table("requests", _concat(req_parts)),
-            "steps": _table("steps", _concat(step_parts)),
-            "rounds": _table("rounds", _concat(round_parts)),
-        }
+        tables = {"deployments": deployments}
+        for name, parts in (("requests", req_parts), ("steps", step_parts), ("rounds", round_parts)):
+            columns = _concat(parts)
+            tables[name] = _table(name, columns | uid_columns(name, columns))
         for name, table in tables.items():
             _write(table, outdir, name, day)
             counts[name] += table.num_rows

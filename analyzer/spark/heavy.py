@@ -23,8 +23,8 @@ from ..analysis import portable
 from ..analysis.views import ROUND_AGGREGATES, dependency_order, discover_views, scaleout_split
 from ..errors import EnvironmentProblem, InternalError, first_line
 from ..ingest import rules
-from ..ingest.load import LINKS, LoadSummary, aggregate_collision_sql, collision
-from .load import materialize
+from ..ingest.load import LoadSummary
+from .load import check_spark_link_keys, materialize
 
 Progress = Callable[[str], None]
 
@@ -35,7 +35,7 @@ FORMAT_VERSION = 1
 _TOKEN_LISTS = ("prompt_token_ids", "output_token_ids")
 
 
-def run_heavy_pass(spark, progress: Progress | None = None) -> dict:
+def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None) -> dict:
     """Create every heavy view on ``spark`` (the clean tables must be there); return the
     fetched ones as DataFrames, without the columns that stay on the cluster."""
     say = progress or (lambda _msg: None)
@@ -57,22 +57,15 @@ def run_heavy_pass(spark, progress: Progress | None = None) -> dict:
             say(f"computing {name} on Spark")
             frame = materialize(frame)
         frame.createOrReplaceTempView(name)
-    _check_aggregate_link_keys(spark)
+    # one id per uid among the rounds, and written link keys that name each round's parent
+    check_spark_link_keys(spark, summary, ROUND_AGGREGATES)
     return {name: spark.table(name).drop(*columns) for name, columns in split.fetched.items()}
 
 
-def _check_aggregate_link_keys(spark) -> None:
-    """``ingest.load.check_link_keys`` on the aggregates: one id per uid among the rounds."""
-    for parent, uid, _column, holder in LINKS:
-        hit = spark.sql(aggregate_collision_sql(uid, getattr(ROUND_AGGREGATES, holder))).collect()
-        if hit:
-            raise collision(uid, hit[0][0], parent)
-
-
-def reduced_frames(spark, progress: Progress | None = None) -> dict:
+def reduced_frames(spark, summary: LoadSummary, progress: Progress | None = None) -> dict:
     """Everything the local finish reads, as DataFrames: the fetched heavy views and the
     input and metadata tables."""
-    frames = run_heavy_pass(spark, progress)
+    frames = run_heavy_pass(spark, summary, progress)
     frames["deployments"] = spark.table("deployments")
     for name in rules.VERSIONS["deployments"]:
         frames[name] = spark.table(name)

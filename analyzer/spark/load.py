@@ -28,9 +28,9 @@ import pyarrow as pa
 from ..analysis import portable
 from ..errors import EnvironmentProblem, InputProblem, InternalError, first_line
 from ..ingest import rules
-from ..ingest.load import (DEPENDENT_TABLES, LINKS, LoadSummary, StructuralError, TableFiles, check_structure,
-                           collision, discover, parent_collision_sql, partition_values, table_plan, uncastable,
-                           unknown_entries, unreadable_file)
+from ..ingest.load import (DEPENDENT_TABLES, LoadSummary, StructuralError, TableFiles, check_structure, discover,
+                           link_key_checks, partition_values, rows_without_uid_sql, table_plan, uncastable,
+                           unknown_entries, unreadable_file, written_links)
 from ..ingest.schema import TABLE_ORDER, load_schemas
 
 Progress = Callable[[str], None]
@@ -42,10 +42,12 @@ def is_uri(traces: str | Path) -> bool:
     return bool(_URI.match(str(traces)))
 
 
-def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
-                  progress: Progress | None = None) -> LoadSummary:
+def load_on_spark(spark, traces: str | Path, *, date: str | None = None, progress: Progress | None = None,
+                  hashed_links: frozenset[str] = frozenset(), check_rounds: bool = True) -> LoadSummary:
     """Build the clean tables as temporary views of ``spark``, with ``rejected_rows``,
-    ``trace_tables`` and ``trace_columns``; return the load summary."""
+    ``trace_tables`` and ``trace_columns``; return the load summary. The link keys a
+    writer stored are used unless ``hashed_links`` names them, and checked on the parents
+    (on the rounds too with ``check_rounds``; else the heavy pass checks them)."""
     say = progress or (lambda _msg: None)
     traces = str(traces)
     if is_uri(traces):
@@ -59,7 +61,8 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
             check_structure(con, found)
         notes = unknown_entries(Path(traces))
     schemas = load_schemas()
-    plans = {t: table_plan(found[t], schemas[t], found) for t in TABLE_ORDER}
+    written, link_notes = written_links(found, hashed_links)
+    plans = {t: table_plan(found[t], schemas[t], found, written) for t in TABLE_ORDER}
 
     for table in TABLE_ORDER:
         say(f"reading {table} ({len(found[table].files)} file{'s' if len(found[table].files) != 1 else ''})")
@@ -116,9 +119,17 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None,
     materialize(counted).createOrReplaceTempView(conflicts)
     _metadata_views(spark, found, schemas, rows_read, rows_clean)
     _import_notes(spark, traces)
+    without_uid: dict[str, int] = {}
+    for table in TABLE_ORDER:
+        sql = rows_without_uid_sql(schemas[table], plans[table], f"_raw_{table}")
+        if sql:
+            counts = spark.sql(portable.spark_sql(sql)).collect()[0]
+            for uid, n in zip(sorted(rules.rows_without_uid_conditions(schemas[table], plans[table])), counts):
+                without_uid[uid] = without_uid.get(uid, 0) + n
     summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected,
-                          notes=notes, found=found)
-    check_parent_link_keys(spark, found)
+                          notes=notes + link_notes, found=found, written_links=written,
+                          rows_without_uid=without_uid)
+    check_spark_link_keys(spark, summary, rounds=check_rounds)
     return summary
 
 
@@ -309,11 +320,13 @@ def _import_notes(spark, traces: str) -> None:
         spark.read.parquet(*[str(f) for f in files]).createOrReplaceTempView("import_notes")
 
 
-def check_parent_link_keys(spark, found: dict[str, TableFiles]) -> None:
-    """``ingest.load.check_link_keys`` for the parents, on Spark: one key per uid."""
-    for parent, uid, column, _aggregate in LINKS:
-        if found[parent].present:
-            hit = spark.sql(portable.spark_sql(
-                parent_collision_sql(found, parent, uid, column, f"_raw_{parent}"))).collect()
-            if hit:
-                raise collision(uid, hit[0][0], parent)
+def check_spark_link_keys(spark, summary: LoadSummary, aggregates=None, rounds: bool = True) -> None:
+    """``ingest.load.check_link_keys`` on Spark: the parents as read are the classified
+    ``_raw_<table>`` views; the rounds are checked off ``aggregates`` (the heavy views),
+    or off the clean rounds for written link keys, unless ``rounds`` is false."""
+    def fetch(sql: str):
+        rows = spark.sql(portable.spark_sql(sql)).collect()
+        return tuple(rows[0]) if rows else None
+
+    link_key_checks(fetch, summary.found, lambda parent: f"_raw_{parent}", aggregates,
+                    written=summary.written_links, rows_without_uid=summary.rows_without_uid, rounds=rounds)

@@ -44,7 +44,8 @@ with per_request as (
         r.deployment_id,
         r.request_uid,
         min(r.request_id) as request_id,
-        -- two request ids behind one 64-bit request_uid: a hash collision (checked at load)
+        -- two request ids behind one 64-bit request_uid: a hash collision, or a written
+        -- request_uid that is not valid (checked at load, with the id against the request's)
         min(r.request_id) <> max(r.request_id) as request_uid_collides,
         count(*) as num_rounds,
         count(*) filter (where r.num_draft_tokens > 0) as num_spec_rounds,

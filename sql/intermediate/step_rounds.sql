@@ -27,7 +27,9 @@ select
     -- the context buckets its rounds ran in, bit p − 1 for context bucket position p: a
     -- step stands behind the t0 of every (batch, context) cell it has rounds in (bucket_evidence)
     coalesce(bit_or(cast(1 as bigint) << (context_bucket_position(context_len) - 1)), 0) as context_mask,
-    -- two step ids behind one 64-bit step_uid: a hash collision (checked at load)
+    -- two step ids behind one 64-bit step_uid: a hash collision, or a written step_uid
+    -- that is not valid (checked at load, with the step id against the step's)
+    min(step_id) as step_id,
     min(step_id) <> max(step_id) as step_uid_collides
 from rounds
 where step_uid is not null

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from ...errors import InputProblem
 from ...resources import resource_dir
+from ..uids import uid_columns
 
 # Declared type → the exact Arrow type an importer writes.
 ARROW = {
@@ -650,7 +651,10 @@ class TraceWriter:
         in date partitions when the directory has them. Listed optional columns that are all null are
         left out, so a column the source never had stays absent (not defaulted)."""
         drop = {c for c in drop_empty_optional if all(v is None for v in columns[c])}
-        self.pending[table] = _Pending({c: v for c, v in columns.items() if c not in drop}, times)
+        kept = {c: v for c, v in columns.items() if c not in drop}
+        # the link keys beside the ids they stand for, so the loader need not hash the ids
+        kept.update(uid_columns(table, kept))
+        self.pending[table] = _Pending(kept, times)
 
     def add_notes(self, summary: ImportSummary, default_deployment: str | None) -> None:
         notes = summary.persisted_notes()
