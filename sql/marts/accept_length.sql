@@ -2,8 +2,9 @@
 -- tokens per round (real progress per decode step), stop truncation, tree width.
 -- Grain: one row per deployment_id (every clean deployment, even without rounds).
 with per_request as (
-    -- a DOUBLE mean, added in request order so that every run adds it alike
-    select deployment_id, avg(accept_length order by request_uid) as mean_accept_length_per_request
+    -- a DOUBLE mean, added in the order of its values: every run adds it alike, whatever
+    -- the link keys (hashed or written) and however the requests were read
+    select deployment_id, avg(accept_length order by accept_length) as mean_accept_length_per_request
     from request_acceptance
     where num_spec_rounds > 0
     group by deployment_id

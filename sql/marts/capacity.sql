@@ -52,8 +52,9 @@ step_totals as (
     select
         s.deployment_id,
         count(*) as num_steps,
-        -- a DOUBLE mean, added in step order so that every run adds it alike
-        avg(s.kv_usage order by s.step_uid) as kv_usage_mean,
+        -- a DOUBLE mean, added in the order of its values: every run adds it alike, whatever
+        -- the link keys (hashed or written)
+        avg(s.kv_usage order by s.kv_usage) as kv_usage_mean,
         max(s.kv_usage) as kv_usage_max,
         -- the mean of draft_tokens / kv_capacity_tokens, one capacity per deployment:
         -- an exact integer mean, divided once

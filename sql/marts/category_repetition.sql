@@ -27,10 +27,11 @@ by_category as (
         count(*) as num_requests,
         sum(output_len) as output_tokens,
         any_value(repeat_n) as repeat_n,
-        -- DOUBLE means and correlation, added in request order so that every run adds them alike
-        avg(repeat_ratio order by request_uid) as repeat_ratio,
-        avg(prompt_copy_ratio order by request_uid) as prompt_copy_ratio,
-        corr(repeat_ratio, accept_length order by request_uid) as repeat_accept_correlation,
+        -- DOUBLE means and correlation, added in the order of their values: every run adds them
+        -- alike, whatever the link keys (hashed or written) and however the requests were read
+        avg(repeat_ratio order by repeat_ratio) as repeat_ratio,
+        avg(prompt_copy_ratio order by prompt_copy_ratio) as prompt_copy_ratio,
+        corr(repeat_ratio, accept_length order by repeat_ratio, accept_length) as repeat_accept_correlation,
         count(accept_length) as correlated_requests,
         quantile_cont(repeat_ratio, [0.25, 0.5, 0.75]) as quartiles
     from analysed

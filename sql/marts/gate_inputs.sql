@@ -27,8 +27,9 @@ request_totals as (
         count(*) filter (where matches_reference) as matches_true,
         count(quality_score) as quality_n,
         count(*) filter (where finish_reason in ('error', 'abort')) as failed_requests,
-        -- a DOUBLE mean, added in request order so that every run adds it alike
-        avg(quality_score order by request_uid) as quality_mean
+        -- a DOUBLE mean, added in the order of its values: every run adds it alike, whatever
+        -- the link keys (hashed or written) and however the requests were read
+        avg(quality_score order by quality_score) as quality_mean
     from requests
     group by deployment_id
 ),

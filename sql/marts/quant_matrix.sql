@@ -60,8 +60,9 @@ quality_column as (
 quality as (
     select
         deployment_id,
-        -- a DOUBLE mean, added in request order so that every run adds it alike
-        avg(quality_score order by request_uid) as mean_quality,
+        -- a DOUBLE mean, added in the order of its values: every run adds it alike, whatever
+        -- the link keys (hashed or written) and however the requests were read
+        avg(quality_score order by quality_score) as mean_quality,
         count(quality_score) as quality_requests
     from requests
     group by deployment_id

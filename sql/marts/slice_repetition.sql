@@ -23,8 +23,8 @@ select
     slice_value,
     count(*) as num_requests,
     -- DOUBLE mean and correlation, added in request order so that every run adds them alike
-    avg(repeat_ratio order by request_uid) as repeat_ratio,
-    corr(repeat_ratio, accept_length order by request_uid) as repeat_accept_correlation,
+    avg(repeat_ratio order by repeat_ratio) as repeat_ratio,
+    corr(repeat_ratio, accept_length order by repeat_ratio, accept_length) as repeat_accept_correlation,
     count(accept_length) as correlated_requests
 from analysed
 group by deployment_id, slice_column, slice_value
