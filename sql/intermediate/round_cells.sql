@@ -14,7 +14,8 @@ with by_size as (
     select
         deployment_id,
         batch_size,
-        least(context_len // 1024, 32) as context_kib,
+        -- a case, not least(): least() skips a null, and a round without a context has none
+        case when context_len >= 32768 then 32 else context_len // 1024 end as context_kib,
         category,
         has_step,
         decode_only,

@@ -10,7 +10,8 @@ with by_kib as (
     -- and every context bucket boundary is a whole KiB
     select
         deployment_id,
-        least(context_len // 1024, 32) as context_kib,
+        -- a case, not least(): least() skips a null, and a round without a context has none
+        case when context_len >= 32768 then 32 else context_len // 1024 end as context_kib,
         num_draft_tokens as d,
         num_accepted_tokens as k,
         count(*) as n
