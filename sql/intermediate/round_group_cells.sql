@@ -100,14 +100,5 @@ select
     count(other_ms) as other_n,
     sum(exact_ms(other_ms)) as other_ms
 from labelled_rounds
-group by
-    deployment_id,
-    request_group,
-    category,
-    has_step,
-    batch_position,
-    decode_only,
-    parts_overlap,
-    context_kib,
-    d,
-    k
+-- every column before the counts
+group by all
