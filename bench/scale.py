@@ -19,8 +19,9 @@ measuring wall time and peak RSS with GNU time:
 - with --spark, report_spark: the same report with `--engine spark` in Spark's
   local mode on this machine (`--spark-master local[*]`), beside the DuckDB one.
 
-It prints report ÷ floor, report ÷ polars and report ÷ pandas, and writes
-bench/results/scale.json.
+It prints report ÷ floor, report ÷ polars and report ÷ pandas, and the duckdb and
+polars versions the runs used (the polars peer is getting faster: a ratio says
+against which release), and writes bench/results/scale.json.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import duckdb
+import polars
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -115,7 +119,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args()
     sizes = args.rounds or [1_000_000, 10_000_000, 50_000_000]
-    rows = [measure(n, args.memory_limit, not args.no_polars, not args.no_pandas, args.spark) for n in sizes]
+    # the peers run in processes of this interpreter (sys.executable): these are their versions,
+    # kept with each run (the runs of earlier invocations stay in the file with theirs)
+    versions = {"duckdb": duckdb.__version__, "polars": polars.__version__}
+    print(f"duckdb {versions['duckdb']}, polars {versions['polars']}", flush=True)
+    rows = [measure(n, args.memory_limit, not args.no_polars, not args.no_pandas, args.spark) | {"versions": versions}
+            for n in sizes]
     RESULTS.mkdir(exist_ok=True)
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.exists() else {}

@@ -5,13 +5,16 @@ per-request packed keys. Every shortcut is checked against the exact definition.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.api import open_traces
+from analyzer.cli import main
 from test_rules import load, rejected  # noqa: F401  (a fixture and a helper shared with the row-rule tests)
 from tracebuilder import deployment, request, round_row, step, write_traces
 
@@ -189,3 +192,25 @@ def test_packed_gaps_equal_the_window_for_any_rounds(tmp_path_factory, requests)
         assert all(gap >= 0 for _, gap in gaps(ws, WINDOW_GAPS))
     finally:
         ws.close()
+
+
+def test_a_round_without_a_context_is_in_no_context_bucket(tmp_path):
+    # r1's first round ran at 500 tokens of context, its second names none: the
+    # histogram and the cells keep it apart (context_bucket null), and the report says so
+    write_traces(tmp_path, deployments=[deployment("a")], requests=[request("a", "r1")],
+                 steps=[step("a", 1), step("a", 2)],
+                 rounds=[round_row("a", "r1", 0, 4, 2, step_id=1, context_len=500),
+                         round_row("a", "r1", 1, 4, 3, step_id=2, context_len=None, stop_reason="eos")])
+    ws = open_traces(tmp_path)
+    try:
+        histogram = sorted(ws.con.execute("select context_bucket, d, k, n from round_histogram").fetchall(),
+                           key=str)
+        cells = sorted(ws.con.execute("select context_bucket, num_rounds, num_accepted_tokens "
+                                      "from round_cells").fetchall(), key=str)
+    finally:
+        ws.close()
+    assert histogram == [("0-1k", 4, 2, 1), (None, 4, 3, 1)]
+    assert cells == [("0-1k", 1, 2), (None, 1, 3)]
+    result = CliRunner().invoke(main, ["report", str(tmp_path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "1 rounds lack context_len: they are left out of the context curve" in json.loads(result.stdout)["notes"]

@@ -246,7 +246,7 @@ def test_load_out_then_report_the_directory_on_a_laptop(spark, tmp_path):
     rounds = runner.invoke(main, ["sql", str(out), "select count(*) from round_facts"])
     assert rounds.exit_code == 2
     assert ("(reduced traces: rounds, steps, baseline_decode_buckets, cost_steps, itl_gaps, request_decode_buckets, "
-            "round_facts, "
+            "round_facts, round_group_cells, "
             "slice_metrics, slice_speedup, step_rounds, stream_emissions stay on the cluster; the other views "
             "are here)") in rounds.output
 

@@ -1,54 +1,28 @@
--- The rounds summed by everything a round's step and request say about it: the one
--- pass that joins every round to its step and its request.
+-- The rounds summed by everything a round's step and request say about it.
 -- Grain: one row per (deployment_id, batch_bucket, context_bucket, category,
 -- has_step, decode_only, parts_overlap) that has rounds.
 --
+-- A regrouping of round_group_cells, the one pass that joins every round to its step
+-- and its request, over its request groups and its drafted and accepted counts.
+--
 -- Timing parts are summed with their counts (avg = sum / count), so the views
 -- that read these cells average exactly the rounds that know each part. The
--- time sums are DECIMAL (exact_ms), exact in any order: parallel threads add
--- the rounds in a different order in every run, and a DOUBLE sum would differ
--- in its last digits.
-with by_size as (
-    -- grouped by the raw batch size and context length in KiB first: integers hash
-    -- faster than labels, and every context bucket boundary is a whole KiB
-    select
-        deployment_id,
-        batch_size,
-        least(context_len // 1024, 32) as context_kib,
-        category,
-        has_step,
-        decode_only,
-        parts_overlap,
-        count(*) as num_rounds,
-        count(*) filter (where num_draft_tokens > 0) as num_spec_rounds,
-        sum(num_accepted_tokens) as num_accepted_tokens,
-        sum(num_committed_tokens) as num_committed_tokens,
-        count(duration_ms) as duration_n,
-        sum(exact_ms(duration_ms)) as duration_ms,
-        count(draft_ms) as draft_n,
-        sum(exact_ms(draft_ms)) as draft_ms,
-        count(verify_ms) as verify_n,
-        sum(exact_ms(verify_ms)) as verify_ms,
-        count(other_ms) as other_n,
-        sum(exact_ms(other_ms)) as other_ms
-    from round_facts
-    group by all
-)
-
+-- time sums are DECIMAL (exact_ms), exact in any order.
 select
     deployment_id,
-    batch_bucket(batch_size) as batch_bucket,
+    -- every batch size of a round_group_cells row is in the bucket of its position
+    batch_bucket(min_batch_size) as batch_bucket,
     context_bucket(context_kib * 1024) as context_bucket,
     category,
     has_step,
     decode_only,
     parts_overlap,
     sum(num_rounds) as num_rounds,
-    sum(num_spec_rounds) as num_spec_rounds,
-    sum(num_accepted_tokens) as num_accepted_tokens,
+    coalesce(sum(num_rounds) filter (where d > 0), 0) as num_spec_rounds,
+    sum(k * num_rounds) as num_accepted_tokens,
     sum(num_committed_tokens) as num_committed_tokens,
-    min(batch_size) as min_batch_size,
-    max(batch_size) as max_batch_size,
+    min(min_batch_size) as min_batch_size,
+    max(max_batch_size) as max_batch_size,
     sum(duration_n) as duration_n,
     sum(duration_ms) as duration_ms,
     sum(draft_n) as draft_n,
@@ -57,5 +31,12 @@ select
     sum(verify_ms) as verify_ms,
     sum(other_n) as other_n,
     sum(other_ms) as other_ms
-from by_size
-group by all
+from round_group_cells
+group by
+    deployment_id,
+    batch_bucket(min_batch_size),
+    context_bucket(context_kib * 1024),
+    category,
+    has_step,
+    decode_only,
+    parts_overlap

@@ -4,21 +4,13 @@
 --
 -- Per-position survival and conditional acceptance are sums over this histogram,
 -- so the rounds are read once whatever γ is, for the whole deployment and for each
--- context bucket alike.
-with by_kib as (
-    -- grouped by the context length in KiB first: integers hash faster than labels,
-    -- and every context bucket boundary is a whole KiB
-    select
-        deployment_id,
-        least(context_len // 1024, 32) as context_kib,
-        num_draft_tokens as d,
-        num_accepted_tokens as k,
-        count(*) as n
-    from rounds
-    where num_draft_tokens > 0
-    group by all
-)
-
-select deployment_id, context_bucket(context_kib * 1024) as context_bucket, d, k, sum(n) as n
-from by_kib
-group by all
+-- context bucket alike. A regrouping of round_group_cells, the one pass over the rounds.
+select
+    deployment_id,
+    context_bucket(context_kib * 1024) as context_bucket,
+    d,
+    k,
+    sum(num_rounds) as n
+from round_group_cells
+where d > 0
+group by deployment_id, context_bucket(context_kib * 1024), d, k
