@@ -213,4 +213,4 @@ def test_a_round_without_a_context_is_in_no_context_bucket(tmp_path):
     assert cells == [("0-1k", 1, 2), (None, 1, 3)]
     result = CliRunner().invoke(main, ["report", str(tmp_path), "--format", "json"])
     assert result.exit_code == 0, result.output
-    assert "1 rounds lack context_len: they are left out of the context curve" in json.loads(result.stdout)["notes"]
+    assert "1 round lacks context_len: it is left out of the context curve" in json.loads(result.stdout)["notes"]

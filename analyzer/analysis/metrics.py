@@ -448,7 +448,8 @@ def _table_notes(con, summary: LoadSummary) -> list[str]:
     no_context = con.execute("select coalesce(sum(num_rounds), 0) from round_cells where context_bucket is null"
                              ).fetchone()[0]
     if no_context and summary.rows_clean.get("rounds"):
-        notes.append(f"{no_context} rounds lack context_len: they are left out of the context curve")
+        notes.append(f"{no_context:,} round{'s lack' if no_context != 1 else ' lacks'} context_len: "
+                     f"{'they are' if no_context != 1 else 'it is'} left out of the context curve")
     return notes
 
 
