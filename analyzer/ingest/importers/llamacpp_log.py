@@ -332,7 +332,7 @@ class _Import:
         self.rounds: dict[str, list] = {}
         # request id → what its debug lines say: prompt tokens, (finish_reason, stop_reason), release n_tokens
         self.facts: dict[str, dict] = {}
-        self.eval_tokens: dict[int, tuple] = {}     # intervals row → its request's (generated tokens, prompt_ms)
+        self.row_timing: dict[int, tuple] = {}     # intervals row → its block's (generated tokens, prompt_ms)
         self.anchors: list[tuple[str, int, str]] = []   # per file with relative times: file, anchor µs, how
         self.untimed_anchors: list[tuple[str, str, str, int]] = []   # per file: file, time, how, rows
         self.responses: list[_Response] = []
@@ -507,7 +507,7 @@ class _Import:
                           rates=numbers["rates"], source=LOG_SOURCE, mean=numbers["mean"])
         index = len(self.intervals["end_time"]) - 1
         if block.eval_tokens is not None:
-            self.eval_tokens[index] = (block.eval_tokens, block.prompt_ms)
+            self.row_timing[index] = (block.eval_tokens, block.prompt_ms)
         if time is None:
             self.relative_rows.append(index)
         if block.slot is not None:
@@ -710,10 +710,10 @@ class _Import:
         candidates = []
         for request, steps in kept_rounds.items():
             index = row_of.get(request)
-            if index is None or index not in self.eval_tokens or cols["start_time"][index] is None:
+            if index is None or index not in self.row_timing or cols["start_time"][index] is None:
                 self.counts["rounds_without_block"] += 1
                 continue
-            output_tokens, prompt_ms = self.eval_tokens[index]
+            output_tokens, prompt_ms = self.row_timing[index]
             facts = self.facts.get(request, {})
             prompt_tokens = facts.get("prompt_tokens")
             if prompt_tokens is None and "released_n_tokens" in facts:
