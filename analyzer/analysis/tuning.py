@@ -191,8 +191,27 @@ def _solve(cov: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, float] | None:
     smallest = float(np.linalg.eigvalsh(corr).min())
     if smallest < SINGULAR:
         return None
-    z = np.linalg.solve(corr, rhs / scale)
-    return z / scale, smallest
+    z = _gauss(corr.tolist(), (rhs / scale).tolist())
+    return np.array(z) / scale, smallest
+
+
+def _gauss(matrix: list[list[float]], rhs: list[float]) -> list[float]:
+    """The solution of ``matrix · z = rhs`` (at most 3 × 3, not singular: checked above) by
+    Gaussian elimination with partial pivoting, in plain floats: every CPU gives the same
+    bits, where LAPACK's kernels differ between instruction sets in the last ones."""
+    n = len(rhs)
+    a = [row[:] + [rhs[i]] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(col + 1, n):
+            factor = a[r][col] / a[col][col]
+            for k in range(col, n + 1):
+                a[r][k] -= factor * a[col][k]
+    z = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        z[r] = (a[r][n] - sum(a[r][k] * z[k] for k in range(r + 1, n))) / a[r][r]
+    return z
 
 
 def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]], min_r2: float) -> dict[str, Any]:
@@ -257,7 +276,8 @@ def _fit_bucket(row: dict[str, Any], costs: dict[int, dict[str, Any]], min_r2: f
         coef = dict(zip(use, (float(v) for v in slopes)))
         if "x" in coef and "q" in coef:   # T = … + s_x·x + q·(x² − m2) = … + (s_x − 2μq)·X + q·X² + const
             coef["x"] -= 2 * mu * coef["q"]
-        return coef, max(syy - float(slopes @ vec), 0.0)
+        # a sum in a fixed order, not numpy's dot (its order follows the CPU's vector width)
+        return coef, max(syy - sum(float(s) * float(v) for s, v in zip(slopes, vec)), 0.0)
 
     def solve_nonnegative(use: list[str]) -> tuple[dict[str, float], float, list[str], dict[str, float]] | None:
         """Least squares with every slope ≥ 0, exactly: the constrained optimum is the unconstrained
