@@ -29,6 +29,8 @@ from .outputs import check_output, write_output  # noqa: F401  re-exported for t
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_in_place, load_traces,
                           name_unreadable_input, read_summary, with_hashed_fallback)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
+from .analysis.cache_store import DEFAULT_MAX as DEFAULT_CACHE_MAX, default_cache_dir, parse_size  # noqa: F401
+from .analysis.pass_cache import CachedPasses, CacheFallback, CacheStats, open_store
 from .analysis.slices import resolve_columns
 from .analysis.views import (DEFAULT_REPEAT_N, ROUND_AGGREGATES, ViewError, create_local_views, create_views,
                              set_config_thresholds)
@@ -95,6 +97,8 @@ class Workspace:
     unavailable: tuple[str, ...] = ()
     # the requests columns the slice views are keyed by (--by), as the table spells them
     slices: tuple[str, ...] = ()
+    # what the cache of the passes did (pass_cache.CacheStats), when one was asked for
+    cache: CacheStats | None = None
 
     def close(self) -> None:
         self.con.close()
@@ -181,7 +185,8 @@ def _total_bytes(traces: str | Path, limit: int) -> int:
 def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: str = DEFAULT_MEMORY_LIMIT,
                 progress: Progress | None = None, views: bool = True,
                 repeat_n: int = DEFAULT_REPEAT_N, temp_dir: str | Path | None = None,
-                engine: str = "duckdb", spark_master: str | None = None, by: tuple[str, ...] = ()) -> Workspace:
+                engine: str = "duckdb", spark_master: str | None = None, by: tuple[str, ...] = (),
+                cache: Cache | None = None) -> Workspace:
     """Load a trace directory into a scratch database, with every view unless ``views`` is false.
 
     The scratch database is a file in this run's private temporary folder, not
@@ -200,6 +205,11 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     ``by`` names requests columns to slice by (``report --by``): the views
     ``slice_metrics`` and the others of ``analysis.slices`` are keyed by them. An
     unknown column is an InputProblem naming the columns there are.
+
+    ``cache`` keeps the passes over the rounds per trace unit (a date partition) in
+    ``cache.folder``, and reads them back when the unit's files have not changed
+    (``analysis.pass_cache``): the same tables, fewer files read. What it did is
+    ``Workspace.cache``.
     """
     check_memory_limit(memory_limit)
     if engine not in ENGINES:
@@ -224,14 +234,47 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                                "it has no date= partitions to select from")
         return open_reduced_dir(traces, memory_limit=memory_limit, temp_dir=temp_dir, repeat_n=repeat_n,
                                 progress=progress)
-    return with_hashed_fallback(lambda hashed: _open_scratch(
+    return with_hashed_fallback(lambda hashed: _open_cached(
         traces, hashed, date=date, memory_limit=memory_limit, progress=progress, views=views,
-        repeat_n=repeat_n, temp_dir=temp_dir, by=by), lambda ws: ws.summary, progress)
+        repeat_n=repeat_n, temp_dir=temp_dir, by=by, cache=cache), lambda ws: ws.summary, progress)
+
+
+@dataclass(frozen=True)
+class Cache:
+    """Where the passes over the rounds are kept between runs (``--cache-dir``), and the
+    most the folder may hold (``--cache-max``, bytes)."""
+
+    folder: Path
+    max_bytes: int = parse_size(DEFAULT_CACHE_MAX)
+
+
+def _open_cached(traces, hashed_links: frozenset[str], *, cache: Cache | None, views: bool, repeat_n: int,
+                 progress, **options) -> Workspace:
+    """_open_scratch with the cache of the passes when one is asked for and can be used."""
+    if cache is None or not views:
+        return _open_scratch(traces, hashed_links, views=views, repeat_n=repeat_n, progress=progress, **options)
+    store, why = open_store(cache.folder, cache.max_bytes)
+    if store is None:
+        ws = _open_scratch(traces, hashed_links, views=views, repeat_n=repeat_n, progress=progress, **options)
+        ws.cache = CacheStats(folder=str(cache.folder), unused_because=why)
+        return ws
+    passes = CachedPasses(store, repeat_n, progress)
+    try:
+        ws = _open_scratch(traces, hashed_links, views=views, repeat_n=repeat_n, progress=progress,
+                           passes=passes, **options)
+    except CacheFallback as exc:
+        if progress:
+            progress(f"reading every file without the cache: {exc}")
+        ws = _open_scratch(traces, hashed_links, views=views, repeat_n=repeat_n, progress=progress, **options)
+        passes.stats.unused_because = str(exc)
+    passes.finish()
+    ws.cache = passes.stats
+    return ws
 
 
 def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, progress, views, repeat_n,
-                  temp_dir, by) -> Workspace:
-    """open_traces on the DuckDB engine, over the trace files."""
+                  temp_dir, by, passes: CachedPasses | None = None) -> Workspace:
+    """open_traces on the DuckDB engine, over the trace files (``passes``: the cache's hooks)."""
     file_from = file_database_bytes()
     workdir = private_temp_dir(temp_dir)
     try:
@@ -244,15 +287,20 @@ def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, p
         # The rounds are read in place when the views are built: their aggregates count the
         # rules that read other rows. Without views (validate) the rounds are copied.
         summary = load_traces(con, traces, date=date, progress=progress, rounds_in_place=views,
-                              hashed_links=hashed_links)
+                              hashed_links=hashed_links, row_pass=passes)
         slices = resolve_columns(con, by) if by else ()
         if views:
+            if passes is not None and summary.pending is None:
+                passes.stats.unused_because = "the rounds break a row rule, so they were copied"
+                passes = None
             if progress:
                 progress("creating views")
-            _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices)
+            _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices, passes=passes)
             if progress and summary.pending is not None:
                 progress("counting the rounds' rules that read other rows, from the aggregates")
             if confirm_in_place(con, summary, ROUND_AGGREGATES, progress):
+                if passes is not None:
+                    passes.stats.unused_because = "the rounds break a rule that reads other rows, so they were copied"
                 _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices)
         _check_link_keys(con, summary, ROUND_AGGREGATES if views else None)
     except BaseException:

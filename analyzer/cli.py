@@ -172,6 +172,46 @@ def _check_memory_limit(_ctx, _param, value: str) -> str:
         raise click.BadParameter(str(exc).removeprefix("--memory-limit "), param_hint="--memory-limit") from None
 
 
+def _cache_option(f):
+    f = click.option("--cache-max", default=api.DEFAULT_CACHE_MAX, show_default=True, expose_value=False,
+                     callback=_remember("cache_max"),
+                     help="The most the cache folder holds; the least recently used trace units go first.")(f)
+    f = click.option("--no-cache", is_flag=True, expose_value=False, callback=_remember("no_cache"),
+                     help="Read every file; neither read nor write the cache.")(f)
+    return click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        expose_value=False, callback=_remember("cache_dir"),
+                        help="Keep the passes over each date's rounds here and reuse them while its files are "
+                             "unchanged [default: ${XDG_CACHE_HOME:-~/.cache}/specan].")(f)
+
+
+def _remember(name: str):
+    def callback(ctx: click.Context, _param, value):
+        ctx.meta[f"specan.{name}"] = value
+    return callback
+
+
+def _cache() -> api.Cache | None:
+    """The cache the --cache-* options ask for (None with --no-cache)."""
+    meta = click.get_current_context().meta
+    if meta.get("specan.no_cache"):
+        return None
+    try:
+        max_bytes = api.parse_size(meta.get("specan.cache_max", api.DEFAULT_CACHE_MAX))
+    except InputProblem as exc:
+        raise click.BadParameter(str(exc).removeprefix("--cache-max "), param_hint="--cache-max") from None
+    return api.Cache(meta.get("specan.cache_dir") or api.default_cache_dir(), max_bytes)
+
+
+def _say_cache(ws, show: Progress) -> None:
+    """What the cache did, as a progress line; a folder it could not use, on stderr always."""
+    if ws.cache is None:
+        return
+    show(ws.cache.line())
+    for problem in ([ws.cache.unused_because] if ws.cache.unused_because and not ws.cache.units else []) + \
+            ws.cache.problems:
+        click.echo(f"specan: cache: {problem}", err=True)
+
+
 def _engine_option(f):
     f = click.option("--spark-master", "spark_master", default=None, metavar="URL",
                      help="With --engine spark: the Spark master (local[4], yarn, k8s://HOST:PORT, "
@@ -265,6 +305,7 @@ def validate(traces: str, strict: bool, engine: str, spark_master: str | None, m
 @_engine_option
 @_repeat_n_option
 @_memory_option
+@_cache_option
 @_progress_option
 def report(traces: str, fmt: str, output: Path | None, config_path: Path | None, check: bool, by: tuple[str, ...],
            engine: str, spark_master: str | None, repeat_n: int, memory_limit: str, temp_dir: Path | None,
@@ -282,6 +323,7 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
         specan report traces/ --by tenant --by region
         specan report traces/ --config gates.toml --check
         specan report s3a://bucket/traces --engine spark --spark-master yarn
+        specan report traces/ --cache-dir /var/cache/specan    # re-runs read only new dates
     """
     show = _progress(progress)
     config = api.load_config(config_path)
@@ -289,7 +331,8 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
     if output is not None:
         api.check_output(output)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir,
-                         engine=engine, spark_master=spark_master, by=by)
+                         engine=engine, spark_master=spark_master, by=by, cache=_cache())
+    _say_cache(ws, show)
     try:
         doc = api.report_document(ws, config=config, progress=show)
     finally:
@@ -308,6 +351,7 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML gates, regression thresholds and [nightly] accept_since.")
 @_memory_option
+@_cache_option
 @_progress_option
 def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory_limit: str,
             temp_dir: Path | None, progress: bool | None) -> None:
@@ -322,7 +366,7 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
     """
     config = api.load_config(config_path)
     result = nightly_run(traces, date, out, config=config, memory_limit=memory_limit, temp_dir=temp_dir,
-                         progress=_progress(progress))
+                         progress=_progress(progress), cache=_cache())
     click.echo(f"wrote {result.out_dir}/report.md, report.json, report.html and {out / 'history.parquet'}")
     for line in result.regression_lines:
         click.echo(line)
@@ -539,6 +583,7 @@ def replay_ngram(traces: Path, min_n: int, max_n: int, k: int, category: str | N
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML file whose [evidence] floors the recommendation applies (the gates file of report).")
 @_memory_option
+@_cache_option
 @_progress_option
 def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, config_path: Path | None,
               memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
@@ -558,7 +603,8 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, conf
     """
     show = _progress(progress)
     config = api.load_config(config_path)
-    ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir)
+    ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir, cache=_cache())
+    _say_cache(ws, show)
     try:
         if show.enabled:
             show(f"fitting round costs of {deployment_id}")

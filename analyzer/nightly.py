@@ -58,7 +58,8 @@ def parse_date(text: str) -> dt.date:
 
 def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Config | None = None,
                 memory_limit: str = api.DEFAULT_MEMORY_LIMIT, progress: Progress | None = None,
-                lock_timeout: float = history.LOCK_TIMEOUT, temp_dir: str | Path | None = None) -> NightlyResult:
+                lock_timeout: float = history.LOCK_TIMEOUT, temp_dir: str | Path | None = None,
+                cache: api.Cache | None = None) -> NightlyResult:
     day = parse_date(date)
     config = config or load_config(None)
     out = Path(out)
@@ -69,7 +70,7 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
     for path in (*reports.values(), history_path, history.lock_path(history_path)):
         api.check_output(path, folders_created=True)
     ws = api.open_traces(traces, date=day.isoformat(), memory_limit=memory_limit, progress=progress,
-                         temp_dir=temp_dir)
+                         temp_dir=temp_dir, cache=cache)
     try:
         doc = api.report_document(ws, config=config, progress=progress)
     finally:

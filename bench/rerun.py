@@ -9,12 +9,14 @@ It writes the dated traces once, under bench/data/dated-N-D/: one day of `specan
 rounds, each day's times moved by whole days (the rounds carry no times and are copied as they are;
 deployments stay unpartitioned). Then, each in its own process and timed like bench/scale.py:
 
-- all: `specan report` over the D dates;
-- again: the same after the newest date was replaced (one new date lands: its files rewritten), so a
-  run that reuses what it read before only has that date to read;
-- one: `specan report` over the newest date alone (a directory linking to its files).
+- all: `specan report` over the D dates, with an empty cache folder (every date computed and kept);
+- again: the same after the newest date was replaced (one new date lands: its files rewritten), with
+  that cache folder: only the new date is read, the others come from the cache;
+- one: `specan report --no-cache` over the newest date alone (a directory linking to its files);
+- all_no_cache: `specan report --no-cache` over the D dates (what every run cost before the cache).
 
-It prints again ÷ one and writes bench/results/rerun.json.
+It prints again ÷ one, checks that all, again and all_no_cache are the same JSON document, and writes
+bench/results/rerun.json.
 """
 
 from __future__ import annotations
@@ -99,17 +101,21 @@ def main() -> None:
     newest = FIRST_DATE + dt.timedelta(days=args.dates - 1)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        cache = ["--cache-dir", str(tmp / "cache")]
         row = {"rounds_per_date": args.rounds_per_date, "dates": args.dates,
-               "all": report(traces, tmp / "all.json", args.report_options)}
+               "all": report(traces, tmp / "all.json", cache + args.report_options)}
         # one new date lands: the newest date's files are written again (new modification times)
         con = duckdb.connect()
         for table in ("requests", "steps", "rounds"):
             shutil.rmtree(traces / table / f"date={newest.isoformat()}")
         write_date(con, traces_for(args.rounds_per_date), traces, newest, args.dates - 1)
-        row["again"] = report(traces, tmp / "again.json", args.report_options)
-        row["one"] = report(one_date_view(traces, newest, tmp / "one"), tmp / "one.json", args.report_options)
-        same = (json.loads((tmp / "all.json").read_text()) == json.loads((tmp / "again.json").read_text())
-                if row["all"]["ok"] and row["again"]["ok"] else None)
+        row["again"] = report(traces, tmp / "again.json", cache + args.report_options)
+        row["one"] = report(one_date_view(traces, newest, tmp / "one"), tmp / "one.json",
+                            ["--no-cache", *args.report_options])
+        row["all_no_cache"] = report(traces, tmp / "all_no_cache.json", ["--no-cache", *args.report_options])
+        documents = [json.loads((tmp / f"{name}.json").read_text()) if row[name]["ok"] else None
+                     for name in ("all", "again", "all_no_cache")]
+        same = documents[0] == documents[1] == documents[2] if None not in documents else None
     row["again_same_document"] = same
     if row["again"]["ok"] and row["one"]["ok"]:
         row["again_over_one"] = row["again"]["seconds"] / row["one"]["seconds"]

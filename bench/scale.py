@@ -86,8 +86,9 @@ def measure(rounds: int, memory: str, polars: bool, pandas: bool, spark: bool = 
     traces = traces_for(rounds)
     row = {"rounds": rounds, "memory_limit": memory}
     with tempfile.TemporaryDirectory() as tmp:
+        # --no-cache: every run computes (the cache of the passes is bench/rerun.py's figure)
         row["report"] = timed([sys.executable, "-m", "analyzer", "report", str(traces), "--format", "json",
-                               "--memory-limit", memory, "--profile", "-o", str(Path(tmp) / "report.json")],
+                               "--no-cache", "--memory-limit", memory, "--profile", "-o", str(Path(tmp) / "report.json")],
                               profile=True)
         if spark:
             row["report_spark"] = timed([sys.executable, "-m", "analyzer", "report", str(traces), "--format", "json",

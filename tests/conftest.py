@@ -25,6 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces"
 
 
+@pytest.fixture(autouse=True)
+def private_cache_home(tmp_path_factory, monkeypatch):
+    """Every test's commands keep their cache of the passes in a folder of their own,
+    never in the user's ~/.cache/specan (the CLI's default): a test starts with none."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 @pytest.fixture(scope="session")
 def sample_report() -> dict:
     """{"doc": the report document, "md" | "json" | "html": its renderings}."""

@@ -221,7 +221,7 @@ def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT
 
 def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
                  repeat_n: int = DEFAULT_REPEAT_N, progress=None, temporary: bool = False,
-                 by: tuple[str, ...] = ()) -> list[str]:
+                 by: tuple[str, ...] = (), passes=None) -> list[str]:
     """Create the macros and every view; returns the view names in creation order.
 
     ``by``: the requests columns the slice views are keyed by (``analysis.slices``);
@@ -231,15 +231,19 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
     With ``temporary`` every object is a temporary one: a scratch workspace needs
     none of them on disk, and each persistent DDL statement costs a write-ahead-log
     write (about half of opening a small trace).
+
+    ``passes`` (``pass_cache.CachedPasses``) builds the passes over the rounds, per
+    trace unit and from the cache, before the other views are created over them.
     """
     create_macros(con, repeat_n, sql_dir, temporary)
     create_slice_relations(con, by, temporary=temporary)
     create_request_partitions(con, temporary=temporary)
     views = discover_views(sql_dir)
     order = dependency_order(views)
+    built = passes.build(con, views, order, lambda v: _create(con, v, temporary, progress)) if passes else set()
     for name in order:
-        view = views[name]
-        _create(con, view, temporary, progress)
+        if name not in built:
+            _create(con, views[name], temporary, progress)
     return order
 
 

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import duckdb
 import pyarrow as pa
@@ -281,6 +282,7 @@ def load_traces(
     progress: Progress | None = None,
     rounds_in_place: bool = False,
     hashed_links: frozenset[str] = frozenset(),
+    row_pass: RowPass | None = None,
 ) -> LoadSummary:
     """Build the clean tables, ``rejected_rows`` and the metadata tables in ``con``.
 
@@ -293,6 +295,10 @@ def load_traces(
 
     The link keys a writer stored are used unless ``hashed_links`` names them (the
     caller's second load, once ``check_link_keys`` found them invalid).
+
+    ``row_pass`` counts the in-place rounds' row rules instead of one pass over every
+    file (the cache of the passes: ``analysis.pass_cache``, which keeps each trace
+    unit's counts).
     """
     say = progress or (lambda _msg: None)
     con.execute("set TimeZone = 'UTC'")
@@ -313,7 +319,7 @@ def load_traces(
         plan = table_plan(entry, schema, found, written)
         if table == "rounds" and rounds_in_place and entry.present:
             say(f"reading rounds ({len(entry.files)} files, in place: counting row-rule breaks)")
-            rows_read[table], breaking, missing = read_in_place(con, schema, plan, entry)
+            rows_read[table], breaking, missing = read_in_place(con, schema, plan, entry, row_pass, found, written)
             rejected[table] = {}
             if not breaking:
                 # every round as read is counted: the exact strategy confirm_in_place may
@@ -401,16 +407,27 @@ def load_exactly(con, schema: TableSchema, plan: rules.TablePlan, entry: TableFi
     return rows, by_reason
 
 
-def read_in_place(con, schema: TableSchema, plan: rules.TablePlan,
-                  entry: TableFiles) -> tuple[int, dict[str, int], dict[str, int]]:
+class RowPass(Protocol):
+    """Counts the row rules of rounds read in place (``rules.row_pass_sql``'s columns, summed)."""
+
+    def count_row_rules(self, execute: Callable[[str], duckdb.DuckDBPyConnection], schema: TableSchema,
+                        plan: rules.TablePlan, found: dict[str, TableFiles],
+                        written: frozenset[str]) -> dict[str, int]: ...
+
+
+def read_in_place(con, schema: TableSchema, plan: rules.TablePlan, entry: TableFiles,
+                  row_pass: RowPass | None = None, found: dict[str, TableFiles] | None = None,
+                  written: frozenset[str] = frozenset()) -> tuple[int, dict[str, int], dict[str, int]]:
     """The in-place strategy's first half: ``<table>`` becomes a view over the files, and one
     pass counts the rows breaking each rule that reads the row alone. ``(rows, the
     non-zero counts by reason, rows without their written uid)``. The pass decodes every listed column, so a damaged
     data page is found here, naming its file."""
     _execute(con, rules.raw_table_sql(schema, plan, view=schema.table), entry)
-    result = _execute(con, rules.row_pass_sql(schema, plan, schema.table), entry)
-    names = [d[0] for d in result.description]
-    counts = dict(zip(names, result.fetchone()))
+    if row_pass is not None:
+        counts = row_pass.count_row_rules(lambda sql: _execute(con, sql, entry), schema, plan, found, written)
+    else:
+        result = _execute(con, rules.row_pass_sql(schema, plan, schema.table), entry)
+        counts = dict(zip([d[0] for d in result.description], result.fetchone()))
     total = counts.pop("rows")
     without_uid = {uid: counts.pop(rules.rows_without_uid_column(uid)) for uid in plan.written_links}
     return total, {reason: n for reason, n in counts.items() if n}, without_uid

@@ -535,7 +535,7 @@ def clean_table_sql(schema: TableSchema, plan: TablePlan) -> list[str]:
 # --------------------------------------------------------------------------- in place
 
 
-def row_pass_sql(schema: TableSchema, plan: TablePlan, relation: str) -> str:
+def row_pass_sql(schema: TableSchema, plan: TablePlan, relation: str, group_by: str | None = None) -> str:
     """The in-place strategy's one pass over ``relation``: ``count(*)``, then per rule that
     reads the row alone (``reason``), how many rows break it, by the classification's
     own condition. A row that breaks two rules counts under both: each count is zero
@@ -546,6 +546,9 @@ def row_pass_sql(schema: TableSchema, plan: TablePlan, relation: str) -> str:
     counts = ", ".join(f"count(*) filter (where {rule.condition}) as {q(rule.reason)}" for rule in rules)
     for uid, condition in rows_without_uid_conditions(schema, plan).items():
         counts += f", count(*) filter (where {condition}) as {rows_without_uid_column(uid)}"
+    if group_by:
+        # one row per value of the column ``group_by`` of ``relation`` (the cache's trace units), first
+        return f"with {cte}\nselect {group_by}, count(*) as rows, {counts} from r group by {group_by}"
     return f"with {cte}\nselect count(*) as rows, {counts} from r"
 
 

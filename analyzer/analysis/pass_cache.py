@@ -1,0 +1,464 @@
+"""The passes over the rounds, computed per trace unit and kept in the cache.
+
+A report's heavy work is a few passes over the rounds (the materialised views that
+read ``rounds`` through plain views only: ``request_rounds``, ``step_rounds``,
+``round_group_cells``, ``request_gaps_unpacked``). Everything else is computed from
+their small results. This module computes those passes one *trace unit* at a time,
+keeps each unit's results in the cache (``cache_store``), and merges the units'
+results into the tables the views would have built (docs/performance.md, "The
+cache of the passes").
+
+A trace unit is one partition of the rounds (``date=2026-11-28``) when the requests
+and the steps are partitioned by the same columns: every key and link key then
+holds the partition values (``ingest.rules``, "Join keys"), so no rule and no
+pass relates rows of two partitions, and a unit's results depend only on its own
+files (and on the deployments of its partition, or all of them when the
+deployments are not partitioned alike). Otherwise the whole trace is one unit.
+
+Exact by construction:
+
+- a unit's key hashes every input its results depend on: its files (path, size,
+  modification time), the deployments files its parents' rules read, the shape of
+  every table as found (columns present anywhere, partitions, link keys written),
+  specan's code, SQL and schemas, DuckDB's version and the n-gram length;
+- each pass declares how its units merge (``sql/materialized.toml``, ``[partials]``):
+  ``union`` for a grain that holds a link key (per request, per step, per gap: a
+  unit's rows are all the rows of those keys; checked: two units giving one key
+  falls back to reading the files), ``sum`` for cells (counts and exact sums added,
+  least and greatest kept), each column cast back to its type;
+- the row rules that read a row alone are counted per unit (the count is kept in
+  the entry); a unit with a break, or a rule that reads other rows broken anywhere,
+  sends the run down the exact path without the cache (``ingest.load``). The rules
+  that span units (unknown and ambiguous parents, duplicates) are counted from the
+  merged tables, as without the cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+from .. import __version__
+from ..ingest import rules
+from ..ingest.load import TableFiles, table_plan
+from ..ingest.schema import TableSchema, load_schemas
+from ..resources import resource_dir
+from .cache_store import CacheUnusable, Store
+from .views import MATERIALIZED_FILE, View, ViewError
+
+Progress = Callable[[str], None]
+
+# the tables whose files a unit's passes read (the deployments through the parents' rules)
+UNIT_TABLES = ("rounds", "requests", "steps")
+
+
+class CacheFallback(Exception):
+    """The merged units cannot stand for one pass over the files (two units gave one key):
+    the caller opens the traces again without the cache."""
+
+
+@dataclass(frozen=True)
+class Merge:
+    """How a pass's per-unit tables combine (``[partials]`` in sql/materialized.toml)."""
+
+    how: str                          # "union" or "sum"
+    key: tuple[str, ...]              # union: the columns unique per row; sum: the cell's columns
+    least: tuple[str, ...] = ()       # sum: columns kept as their least
+    greatest: tuple[str, ...] = ()    # sum: columns kept as their greatest
+    unique: bool = False              # union: one row per key (checked across units)
+
+
+def declared_merges(sql_dir: Path | None = None) -> dict[str, Merge]:
+    path = (sql_dir or resource_dir("sql")) / MATERIALIZED_FILE
+    try:
+        declared = tomllib.loads(path.read_text(encoding="utf-8")).get("partials", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ViewError(f"{path}: {exc}") from None
+    merges = {}
+    for name, spec in declared.items():
+        how = spec.get("merge")
+        if how not in ("union", "sum") or not spec.get("key"):
+            raise ViewError(f"{path}: [partials.{name}] needs merge = \"union\" or \"sum\" and a key")
+        merges[name] = Merge(how, tuple(spec["key"]), tuple(spec.get("least", ())), tuple(spec.get("greatest", ())),
+                             bool(spec.get("unique", False)))
+    return merges
+
+
+def round_passes(views: dict[str, View], order: list[str]) -> list[str]:
+    """The materialised views that read the rounds through plain views only, in creation order."""
+    def reads_rounds(name: str) -> bool:
+        refs = views[name].references
+        return "rounds" in refs or any(r in views and not views[r].materialized and reads_rounds(r) for r in refs)
+
+    return [n for n in order if views[n].materialized and reads_rounds(n)]
+
+
+def plain_inputs(views: dict[str, View], order: list[str], passes: list[str]) -> list[str]:
+    """The plain views the passes read (directly or through plain views), in creation order."""
+    needed: set[str] = set()
+    stack = list(passes)
+    while stack:
+        for ref in views[stack.pop()].references:
+            if ref in views and not views[ref].materialized and ref not in needed:
+                needed.add(ref)
+                stack.append(ref)
+    return [n for n in order if n in needed]
+
+
+# ---------------------------------------------------------------------------- units and keys
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One partition of the rounds (``partition``: (column, value) pairs; () for the whole trace)."""
+
+    partition: tuple[tuple[str, str], ...]
+    key: str
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{c}={v}" for c, v in self.partition) or "the whole trace"
+
+    def filter_sql(self) -> str:
+        return " and ".join(f'{rules.q(c)} = {_literal(v)}' for c, v in self.partition) or "true"
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A hash of specan's code, SQL and schemas: any change to what computes a number is a new key."""
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    paths = sorted(package.rglob("*.py")) + sorted(resource_dir("sql").rglob("*")) + sorted(
+        resource_dir("schemas").rglob("*"))
+    for path in paths:
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _canonical(value):
+    """Plans as JSON that does not depend on set order or on the files listed."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "files"}
+    if isinstance(value, (set, frozenset)):
+        return sorted(_canonical(v) for v in value)
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def _fingerprint(path: Path) -> list:
+    info = path.stat()
+    return [str(path.resolve()), info.st_size, info.st_mtime_ns]
+
+
+def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], repeat_n: int) -> list[Unit]:
+    """The trace's units, each with its key."""
+    partitions = sorted(found["rounds"].partitions)
+    linked = [t for t in ("requests", "steps") if found[t].present]
+    alike = bool(partitions) and all(sorted(found[t].partitions) == partitions for t in linked) and all(
+        set(found["rounds"].file_partitions[p]) == set(partitions) for p in found["rounds"].files)
+    if not alike:
+        partitions = []
+    shared = {
+        "specan": __version__,
+        "code": code_digest(),
+        "duckdb": duckdb.__version__,
+        "repeat_n": repeat_n,
+        "partitions": partitions,
+        "plans": {t: _canonical(p) for t, p in sorted(plans.items())},
+    }
+    deployments_alike = bool(partitions) and sorted(found["deployments"].partitions) == partitions
+
+    def files_of(table: str, values: dict[str, str] | None) -> list[list]:
+        entry = found[table]
+        return [_fingerprint(p) for p in sorted(entry.files)
+                if values is None or {k: entry.file_partitions[p].get(k) for k in values} == values]
+
+    values_list = sorted({tuple((c, found["rounds"].file_partitions[p][c]) for c in partitions)
+                          for p in found["rounds"].files}) if partitions else [()]
+    units = []
+    for values in values_list:
+        own = dict(values) if values else None
+        inputs = {t: files_of(t, own) for t in UNIT_TABLES}
+        inputs["deployments"] = files_of("deployments", own if deployments_alike else None)
+        text = json.dumps({"shared": shared, "unit": list(map(list, values)), "inputs": inputs}, sort_keys=True)
+        units.append(Unit(tuple(values), hashlib.sha256(text.encode()).hexdigest()[:40]))
+    return units
+
+
+# ---------------------------------------------------------------------------- the cached passes
+
+
+@dataclass
+class CacheStats:
+    """What the cache did in one run (``--profile`` and the progress lines show it)."""
+
+    folder: str = ""
+    units: int = 0
+    read: int = 0
+    computed: int = 0
+    written: int = 0
+    evicted: int = 0
+    unused_because: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        if self.unused_because:
+            return f"cache not used: {self.unused_because}"
+        return (f"cache {self.folder}: {self.read} of {self.units} trace unit{'s' if self.units != 1 else ''} read, "
+                f"{self.computed} computed, {self.written} written, {self.evicted} evicted")
+
+
+class CachedPasses:
+    """The hooks the load (``count_row_rules``) and the views (``build``) call."""
+
+    def __init__(self, store: Store, repeat_n: int, progress: Progress | None = None):
+        self.store = store
+        self.repeat_n = repeat_n
+        self.say = progress or (lambda _msg: None)
+        self.stats = CacheStats(folder=str(store.folder))
+        self.units: list[Unit] = []
+        self.entries: dict[str, object] = {}
+        self.row_counts: dict[str, dict[str, int]] = {}
+        self.partitioned = False
+        self.plan: rules.TablePlan | None = None
+        self.found: dict[str, TableFiles] = {}
+
+    # -- the load's hook: the row rules that read a row alone, per unit
+
+    def count_row_rules(self, execute, schema: TableSchema, plan: rules.TablePlan,
+                        found: dict[str, TableFiles], written: frozenset[str]) -> dict[str, int]:
+        """The row pass's counts (``rules.row_pass_sql``'s columns) over every unit: a
+        unit read before gives its kept counts, the others are counted in one pass."""
+        schemas = load_schemas()
+        plans = {t: table_plan(found[t], schemas[t], found, written) for t in ("deployments", *UNIT_TABLES)}
+        self.plan, self.found = plan, found
+        self.units = plan_units(found, plans, self.repeat_n)
+        self.partitioned = bool(self.units and self.units[0].partition)
+        self.stats.units = len(self.units)
+        with self.store.reading():
+            for unit in self.units:
+                entry = self.store.get(unit.key)
+                if entry is not None and isinstance(entry.manifest.get("row_pass"), dict):
+                    self.entries[unit.key] = entry
+                    self.row_counts[unit.key] = entry.manifest["row_pass"]
+        self.stats.read = len(self.entries)
+        new = [u for u in self.units if u.key not in self.entries]
+        if new:
+            self.say(f"reading rounds of {len(new)} trace unit{'s' if len(new) != 1 else ''} "
+                     f"({len(self.entries)} from the cache): counting row-rule breaks")
+            if self.partitioned:
+                unit_of = " ".join(f"when {u.filter_sql()} then {i}" for i, u in enumerate(new))
+                where = " or ".join(f"({u.filter_sql()})" for u in new)
+                relation = f"(select *, case {unit_of} end as _specan_unit from {schema.table} where {where})"
+            else:
+                relation = f"(select *, 0 as _specan_unit from {schema.table})"
+            result = execute(rules.row_pass_sql(schema, plan, relation, group_by="_specan_unit"))
+            names = [d[0] for d in result.description][1:]
+            by_unit = {row[0]: {k: int(n) for k, n in zip(names, row[1:])} for row in result.fetchall()}
+            empty = dict.fromkeys(names, 0)
+            for index, unit in enumerate(new):
+                self.row_counts[unit.key] = by_unit.get(index, empty)
+            self._check_rows_found(new)
+        total: dict[str, int] = {}
+        for counts in self.row_counts.values():
+            for name, n in counts.items():
+                total[name] = total.get(name, 0) + n
+        return total
+
+    def _check_rows_found(self, new: list[Unit]) -> None:
+        """Each unit's filter found exactly its files' rows (the footers' counts): else a
+        partition value does not read back as written, and units cannot be told apart."""
+        if not self.partitioned:
+            return
+        entry = self.found["rounds"]
+        for unit in new:
+            values = dict(unit.partition)
+            in_files = sum(pq.read_metadata(p).num_rows for p in entry.files
+                           if {k: entry.file_partitions[p].get(k) for k in values} == values)
+            if in_files != self.row_counts[unit.key]["rows"]:
+                raise CacheFallback(f"the rounds of {unit.label} read back as {self.row_counts[unit.key]['rows']} "
+                                    f"rows, its files hold {in_files}")
+
+    # -- the views' hook: the passes, from the cache or per unit, merged
+
+    def build(self, con: duckdb.DuckDBPyConnection, views: dict[str, View], order: list[str],
+              create: Callable[[View], None]) -> set[str]:
+        """Create the passes (and the plain views they read) in ``con``; return their names."""
+        passes = round_passes(views, order)
+        merges = declared_merges()
+        missing = [p for p in passes if p not in merges]
+        if missing:
+            raise ViewError(f"sql/{MATERIALIZED_FILE}: pass over the rounds {', '.join(missing)} has no "
+                            "[partials] entry saying how its per-unit results merge")
+        plain = plain_inputs(views, order, passes)
+        for name in plain:
+            create(views[name])
+        new = [u for u in self.units if u.key not in self.entries]
+        for index, unit in enumerate(new, 1):
+            self.say(f"computing the passes over the rounds of {unit.label} ({index} of {len(new)})")
+            with self._unit_inputs(con, unit):
+                for name in passes:
+                    create(views[name])
+            self._keep(con, unit, passes)
+        self.stats.computed = len(new)
+        if len(self.units) == 1 and new:
+            return set(plain) | set(passes)     # the one unit's tables are the tables
+        self._merge(con, passes, merges)
+        self.stats.evicted = len(self.store.evict())
+        return set(plain) | set(passes)
+
+    def finish(self) -> None:
+        """After a run whose passes were all read (build not reached is fine too): keep the size bound."""
+        if self.stats.written:
+            return
+        try:
+            self.stats.evicted += len(self.store.evict())
+        except OSError as exc:
+            self.stats.problems.append(str(exc))
+
+    class _Inputs:
+        def __init__(self, outer, con, unit):
+            self.outer, self.con, self.unit = outer, con, unit
+            self.renamed: list[str] = []
+
+        def __enter__(self):
+            if not self.outer.partitioned:
+                return self
+            con, plan = self.con, self.outer.plan
+            schema = load_schemas()["rounds"]
+            con.execute(rules.raw_table_sql(schema, plan, view="_specan_rounds_files"))
+            con.execute(f"create or replace view rounds as select * from _specan_rounds_files "
+                        f"where {self.unit.filter_sql()}")
+            for table in ("requests", "steps"):
+                if self.outer.found[table].present:
+                    con.execute(f"alter table {table} rename to _specan_{table}_all")
+                    self.renamed.append(table)
+                    con.execute(f"create view {table} as select * from _specan_{table}_all "
+                                f"where {self.unit.filter_sql()}")
+            return self
+
+        def __exit__(self, *exc_info):
+            if not self.outer.partitioned:
+                return
+            con = self.con
+            for table in self.renamed:
+                con.execute(f"drop view {table}")
+                con.execute(f"alter table _specan_{table}_all rename to {table}")
+            con.execute(rules.raw_table_sql(load_schemas()["rounds"], self.outer.plan, view="rounds"))
+            con.execute("drop view if exists _specan_rounds_files")
+
+    def _unit_inputs(self, con, unit: Unit):
+        return self._Inputs(self, con, unit)
+
+    def _keep(self, con: duckdb.DuckDBPyConnection, unit: Unit, passes: list[str]) -> None:
+        """Write the unit's pass tables (now in ``con``) as its cache entry."""
+        target = self.store.new_database()
+        try:
+            con.execute(f"attach '{target}' as _specan_new")
+            try:
+                for name in passes:
+                    con.execute(f'create table _specan_new."{name}" as select * from "{name}"')
+            finally:
+                con.execute("detach _specan_new")
+            self.store.put(unit.key, target, {
+                "unit": unit.label, "row_pass": self.row_counts[unit.key], "specan": __version__,
+                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "passes": passes})
+            self.stats.written += 1
+            entry = self.store.get(unit.key)
+            if entry is not None:
+                self.entries[unit.key] = entry
+        except (OSError, duckdb.IOException) as exc:
+            self.store.discard(target)
+            self.stats.problems.append(f"could not keep {unit.label} in the cache ({exc})")
+        if unit.key not in self.entries:
+            # not kept: its tables are copied aside for the merge
+            index = self.units.index(unit)
+            for name in passes:
+                con.execute(f'create or replace temp table "_specan_unit_{index}_{name}" as '
+                            f'select * from "{name}"')
+            self.entries[unit.key] = None
+
+    def _merge(self, con: duckdb.DuckDBPyConnection, passes: list[str], merges: dict[str, Merge]) -> None:
+        self.say(f"merging the passes of {len(self.units)} trace units")
+        sources: dict[str, list[str]] = {name: [] for name in passes}
+        attached = []
+        try:
+            for index, unit in enumerate(self.units):
+                entry = self.entries[unit.key]
+                if entry is None:
+                    for name in passes:
+                        sources[name].append(f'"_specan_unit_{index}_{name}"')
+                    continue
+                alias = f"_specan_u{index}"
+                try:
+                    con.execute(f"attach '{entry.database}' as {alias} (read_only)")
+                except duckdb.Error as exc:
+                    # removed by another run's size bound since it was looked up, or damaged
+                    raise CacheFallback(f"the cache entry of {unit.label} cannot be opened "
+                                        f"({str(exc).splitlines()[0]})") from None
+                attached.append(alias)
+                for name in passes:
+                    sources[name].append(f'{alias}."{name}"')
+            for name in passes:
+                union = " union all ".join(f"select * from {s}" for s in sources[name])
+                merge = merges[name]
+                if merge.how == "union":
+                    keys = ", ".join(rules.q(c) for c in merge.key)
+                    con.execute(f'create or replace temp table "{name}" as {union}')
+                    if merge.unique and len(sources[name]) > 1 and con.execute(
+                            f'select 1 from "{name}" group by {keys} having count(*) > 1 limit 1').fetchone():
+                        raise CacheFallback(f"two trace units give {name} rows of one ({', '.join(merge.key)})")
+                else:
+                    columns = con.execute(f"describe select * from {sources[name][0]}").fetchall()
+                    con.execute(f'create or replace temp table "{name}" as '
+                                f'select {_sum_columns(merge, columns)} from ({union}) '
+                                f'group by {", ".join(rules.q(c) for c in merge.key)}')
+        finally:
+            for alias in attached:
+                con.execute(f"detach {alias}")
+            for table in con.execute("select table_name from duckdb_tables() "
+                                     "where table_name like '\\_specan\\_unit\\_%' escape '\\'").fetchall():
+                con.execute(f'drop table "{table[0]}"')
+
+
+def _sum_columns(merge: Merge, columns: list[tuple]) -> str:
+    out = []
+    for name, column_type, *_ in columns:
+        c = rules.q(name)
+        if name in merge.key:
+            out.append(c)
+        elif name in merge.least:
+            out.append(f"min({c}) as {c}")
+        elif name in merge.greatest:
+            out.append(f"max({c}) as {c}")
+        else:
+            out.append(f"cast(sum({c}) as {column_type}) as {c}")
+    return ", ".join(out)
+
+
+def open_store(cache_dir: Path, max_bytes: int) -> tuple[Store | None, str | None]:
+    """The store, or None and why it cannot be used."""
+    try:
+        return Store(Path(cache_dir), max_bytes), None
+    except CacheUnusable as exc:
+        return None, str(exc)
+
+

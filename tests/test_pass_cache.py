@@ -1,0 +1,296 @@
+"""The cache of the passes over the rounds (analyzer/analysis/pass_cache.py): per trace
+unit (a date partition), reused while the unit's files are unchanged, merged into the
+very tables one pass over every file builds. Every test compares with a run without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from analyzer import api
+from analyzer.analysis.pass_cache import declared_merges, plan_units, round_passes
+from analyzer.analysis.views import dependency_order, discover_views
+from analyzer.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_traces"
+PASSES = ("request_rounds", "step_rounds", "round_group_cells", "request_gaps_unpacked")
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    """Three dates of simulated traces (60 requests a day), partitioned like the sample."""
+    out = tmp_path_factory.mktemp("sim") / "traces"
+    api.simulate(out, requests=60, days=3)
+    return out
+
+
+def copy_of(traces: Path, into: Path) -> Path:
+    shutil.copytree(traces, into)
+    return into
+
+
+def document(traces: Path, cache: api.Cache | None) -> tuple[dict, object]:
+    with api.open_traces(traces, cache=cache) as ws:
+        return json.loads(api.to_json(api.report_document(ws))), ws.cache
+
+
+def tables(traces: Path, cache: api.Cache | None) -> tuple[dict, object]:
+    """Each pass's rows (sorted, as text) and column types, the rejected rows and rows read."""
+    with api.open_traces(traces, cache=cache) as ws:
+        out = {}
+        for name in PASSES:
+            types = ws.con.execute(f"describe select * from {name}").fetchall()
+            rows = sorted(map(repr, ws.con.execute(f"select * from {name}").fetchall()))
+            out[name] = ([(c[0], c[1]) for c in types], rows)
+        out["rejected_rows"] = sorted(ws.con.execute("select * from rejected_rows").fetchall())
+        out["rows_read"] = ws.summary.rows_read
+        return out, ws.cache
+
+
+def touch_later(path: Path) -> None:
+    """A new modification time, the content unchanged (a date rewritten by a pipeline)."""
+    info = path.stat()
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
+
+
+def test_every_pass_over_the_rounds_says_how_its_units_merge():
+    views = discover_views()
+    passes = round_passes(views, dependency_order(views))
+    assert passes == ["request_rounds", "step_rounds", "round_group_cells", "request_gaps_unpacked"]
+    merges = declared_merges()
+    assert set(passes) <= set(merges)
+    assert merges["round_group_cells"].how == "sum" and merges["request_rounds"].unique
+
+
+def test_the_sample_report_is_the_same_document_cold_warm_and_without(tmp_path):
+    cache = api.Cache(tmp_path / "cache")
+    without, none = document(SAMPLE, None)
+    cold, first = document(SAMPLE, cache)
+    warm, second = document(SAMPLE, cache)
+    assert none is None
+    assert (first.units, first.read, first.computed, first.written) == (3, 0, 3, 3)
+    assert (second.units, second.read, second.computed, second.written) == (3, 3, 0, 0)
+    assert cold == without
+    assert warm == without
+
+
+def test_merged_tables_equal_one_pass_row_for_row_and_type_for_type(small, tmp_path):
+    cache = api.Cache(tmp_path / "cache")
+    exact, _ = tables(small, None)
+    tables(small, cache)
+    merged, stats = tables(small, cache)
+    assert stats.read == 3
+    assert merged == exact
+    # the cells really were re-summed: cells of several dates became one
+    import duckdb
+    per_unit = 0
+    for entry in (tmp_path / "cache" / "passes-v1").glob("*.duckdb"):
+        with duckdb.connect(str(entry), read_only=True) as con:
+            per_unit += con.execute("select count(*) from round_group_cells").fetchone()[0]
+    assert per_unit > len(merged["round_group_cells"][1]) > 0
+
+
+def test_a_date_rewritten_is_read_again_and_the_others_are_not(small, tmp_path):
+    traces = copy_of(small, tmp_path / "traces")
+    cache = api.Cache(tmp_path / "cache")
+    tables(traces, cache)
+    touch_later(next((traces / "rounds" / "date=2026-11-27").glob("*.parquet")))
+    again, stats = tables(traces, cache)
+    assert (stats.read, stats.computed) == (2, 1)
+    assert again == tables(traces, None)[0]
+
+
+def test_a_changed_date_gives_the_numbers_of_its_new_files(small, tmp_path):
+    traces = copy_of(small, tmp_path / "traces")
+    cache = api.Cache(tmp_path / "cache")
+    before, _ = document(traces, cache)
+    # the newest date loses the rounds of half its requests
+    path = next((traces / "rounds" / "date=2026-11-28").glob("*.parquet"))
+    table = pq.read_table(path)
+    ids = sorted(set(table.column("request_id").to_pylist()))
+    kept = table.filter(pa.compute.is_in(table.column("request_id"), pa.array(ids[: len(ids) // 2])))
+    pq.write_table(kept, path)
+    after, stats = document(traces, cache)
+    assert (stats.read, stats.computed) == (2, 1)
+    assert after == document(traces, None)[0]
+    assert after != before
+
+
+def test_a_new_date_is_the_only_one_read(small, tmp_path):
+    traces = copy_of(small, tmp_path / "traces")
+    newest = {t: traces / t / "date=2026-11-28" for t in ("deployments", "requests", "steps", "rounds")}
+    aside = tmp_path / "aside"
+    for table, folder in newest.items():
+        shutil.move(folder, aside / table)
+    cache = api.Cache(tmp_path / "cache")
+    _, first = tables(traces, cache)
+    assert (first.units, first.computed) == (2, 2)
+    for table, folder in newest.items():
+        shutil.move(aside / table, folder)
+    landed, stats = document(traces, cache)
+    assert (stats.units, stats.read, stats.computed) == (3, 2, 1)
+    assert landed == document(traces, None)[0]
+
+
+def test_traces_without_partitions_are_one_unit(small, tmp_path):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for table in ("deployments", "requests", "steps", "rounds"):
+        parts = [pq.read_table(p) for p in sorted((small / table).rglob("*.parquet"))]
+        pq.write_table(pa.concat_tables(parts, promote_options="default"), flat / f"{table}.parquet")
+    cache = api.Cache(tmp_path / "cache")
+    exact, _ = tables(flat, None)
+    tables(flat, cache)
+    again, stats = tables(flat, cache)
+    assert (stats.units, stats.read) == (1, 1)
+    assert again == exact
+
+
+def test_a_round_breaking_a_row_rule_reads_the_files_as_without(small, tmp_path):
+    traces = copy_of(small, tmp_path / "traces")
+    path = next((traces / "rounds" / "date=2026-11-27").glob("*.parquet"))
+    table = pq.read_table(path)
+    drafted = table.column("num_draft_tokens").to_pylist()
+    drafted[0] = -1
+    pq.write_table(table.set_column(table.schema.get_field_index("num_draft_tokens"), "num_draft_tokens",
+                                    pa.array(drafted, table.schema.field("num_draft_tokens").type)), path)
+    cache = api.Cache(tmp_path / "cache")
+    with_cache, stats = tables(traces, cache)
+    assert "row rule" in stats.unused_because
+    assert stats.written == 0
+    assert with_cache == tables(traces, None)[0]
+    assert ("rounds", ) == tuple({r[0] for r in with_cache["rejected_rows"]})
+
+
+def test_a_rule_across_units_is_counted_from_the_merged_tables(small, tmp_path):
+    """A round of one date naming a request that only another date has: unknown there."""
+    traces = copy_of(small, tmp_path / "traces")
+    cache = api.Cache(tmp_path / "cache")
+    tables(traces, cache)
+    path = next((traces / "requests" / "date=2026-11-26").glob("*.parquet"))
+    requests = pq.read_table(path)
+    pq.write_table(requests.slice(1), path)      # its first request's rounds now have no request
+    exact, _ = tables(traces, None)
+    cached, stats = tables(traces, cache)
+    assert "reads other rows" in stats.unused_because
+    assert cached == exact
+    assert {r[2] for r in exact["rejected_rows"]} == {"unknown_request"}
+
+
+def test_a_damaged_entry_is_computed_again(small, tmp_path):
+    cache = api.Cache(tmp_path / "cache")
+    tables(small, cache)
+    folder = tmp_path / "cache" / "passes-v1"
+    victim = sorted(folder.glob("*.duckdb"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])            # a torn write: the manifest's size disagrees
+    leftover = folder / ".tmp-999999999-dead.duckdb"          # a run that died while writing
+    leftover.write_bytes(b"half")
+    again, stats = tables(small, cache)
+    assert (stats.read, stats.computed) == (2, 1)
+    assert again == tables(small, None)[0]
+    assert not leftover.exists()
+
+
+def test_the_folder_stays_under_its_bound_least_recently_used_first(small, tmp_path):
+    folder = tmp_path / "cache"
+    tables(small, api.Cache(folder))
+    entries = sorted((folder / "passes-v1").glob("*.duckdb"))
+    one = max(p.stat().st_size for p in entries) + 4096
+    # room for two entries: the run's least recently used one goes
+    bounded, stats = tables(small, api.Cache(folder, max_bytes=2 * one))
+    assert stats.evicted == 1
+    size = sum(p.stat().st_size for p in (folder / "passes-v1").iterdir() if not p.name.startswith("."))
+    assert size <= 2 * one
+    again, stats = tables(small, api.Cache(folder, max_bytes=2 * one))
+    assert stats.computed == 1 and again == bounded
+    # no room at all: nothing is kept, nothing changes
+    none_kept, stats = tables(small, api.Cache(folder, max_bytes=0))
+    assert none_kept == bounded and not list((folder / "passes-v1").glob("*.duckdb"))
+
+
+def test_a_folder_others_may_write_is_not_used(small, tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    result, stats = tables(small, api.Cache(folder))
+    assert "may be written by other users" in stats.unused_because
+    assert result == tables(small, None)[0]
+    assert not (folder / "passes-v1").exists()
+
+
+def test_the_folder_is_created_private(small, tmp_path):
+    folder = tmp_path / "new" / "specan"
+    tables(small, api.Cache(folder))
+    assert (folder.stat().st_mode & 0o777) == 0o700
+    assert ((folder / "passes-v1").stat().st_mode & 0o777) == 0o700
+
+
+def test_unit_keys_follow_the_files_and_the_shape(small, tmp_path):
+    from analyzer.ingest.load import discover, table_plan
+    from analyzer.ingest.schema import load_schemas
+
+    traces = copy_of(small, tmp_path / "traces")
+
+    def keys(repeat_n=3):
+        found = discover(traces)
+        plans = {t: table_plan(found[t], load_schemas()[t], found) for t in ("deployments", "requests", "steps",
+                                                                              "rounds")}
+        return [(u.label, u.key) for u in plan_units(found, plans, repeat_n)]
+
+    first = keys()
+    assert [label for label, _ in first] == ["date=2026-11-26", "date=2026-11-27", "date=2026-11-28"]
+    assert keys() == first
+    touch_later(next((traces / "steps" / "date=2026-11-26").glob("*.parquet")))
+    changed = keys()
+    assert changed[0][1] != first[0][1] and changed[1:] == first[1:]
+    assert all(a[1] != b[1] for a, b in zip(keys(repeat_n=4), changed))
+
+
+def test_concurrent_runs_share_the_folder(small, tmp_path):
+    folder = tmp_path / "cache"
+    command = [sys.executable, "-m", "analyzer", "report", str(small), "--format", "json", "--cache-dir", str(folder)]
+    runs = [subprocess.Popen(command + ["-o", str(tmp_path / f"r{i}.json")], stderr=subprocess.PIPE, text=True)
+            for i in range(3)]
+    for run in runs:
+        assert run.wait(timeout=300) == 0, run.stderr.read()
+    texts = {(tmp_path / f"r{i}.json").read_text() for i in range(3)}
+    assert len(texts) == 1
+    assert len(list((folder / "passes-v1").glob("*.json"))) == 3
+    assert not list((folder / "passes-v1").glob(".tmp-*"))
+
+
+def test_cli_cache_options(small, tmp_path):
+    runner = CliRunner()
+    folder = tmp_path / "cache"
+    out = tmp_path / "r.json"
+    first = runner.invoke(main, ["report", str(small), "--format", "json", "-o", str(out), "--cache-dir", str(folder),
+                                 "--progress"])
+    assert first.exit_code == 0, first.output
+    assert "0 of 3 trace units read, 3 computed, 3 written" in first.stderr
+    second = runner.invoke(main, ["report", str(small), "--format", "json", "-o", str(out), "--cache-dir",
+                                  str(folder), "--progress"])
+    assert "3 of 3 trace units read, 0 computed" in second.stderr
+    none = runner.invoke(main, ["report", str(small), "--format", "json", "-o", str(out), "--no-cache",
+                                "--cache-dir", str(tmp_path / "unused")])
+    assert none.exit_code == 0 and not (tmp_path / "unused").exists()
+    bad = runner.invoke(main, ["report", str(small), "--cache-max", "lots"])
+    assert bad.exit_code == 2 and "--cache-max" in bad.output and "is not a size" in bad.output
+
+
+def test_the_default_folder_is_under_xdg_cache_home(small, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    result = CliRunner().invoke(main, ["report", str(small), "--format", "json", "-o", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    assert len(list((tmp_path / "xdg" / "specan" / "passes-v1").glob("*.json"))) == 3
