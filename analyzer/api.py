@@ -298,7 +298,8 @@ def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, p
             _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices, passes=passes)
             if progress and summary.pending is not None:
                 progress("counting the rounds' rules that read other rows, from the aggregates")
-            if confirm_in_place(con, summary, ROUND_AGGREGATES, progress):
+            counted = passes.witnessed() if passes is not None else None
+            if confirm_in_place(con, summary, ROUND_AGGREGATES, progress, counted):
                 if passes is not None:
                     passes.stats.unused_because = "the rounds break a rule that reads other rows, so they were copied"
                 _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices)

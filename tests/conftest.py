@@ -21,6 +21,10 @@ from analyzer.analysis.config import load_config
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("SPECAN_THREADS", "1")
 
+# The user's cache home as the run found it, before private_cache_home below moves it for
+# every test: the llama.cpp end-to-end build is cached there (e2e/llamacpp/build.sh).
+USER_CACHE_HOME = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces"
 

@@ -9,11 +9,14 @@ independently of the importers, and every channel's import must give exactly tho
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import USER_CACHE_HOME
 from llamacpp_printed import channel_totals_agree, channels_agree, log_request_totals
 
 RUN_SH = Path(__file__).parents[1] / "e2e" / "llamacpp" / "run.sh"
@@ -25,8 +28,11 @@ pytestmark = pytest.mark.xdist_group("llamacpp_e2e")
 @pytest.fixture(scope="module", params=DRAFT_N_MAX, ids=lambda n: f"n_max={n}")
 def e2e_out(request, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp(f"llamacpp_e2e_{request.param}")
+    # the build's cache in the user's cache home (not the tests' private one), the models
+    # written by this interpreter (which has gguf, the [test] extra)
+    env = {**os.environ, "XDG_CACHE_HOME": USER_CACHE_HOME, "PYTHON": sys.executable}
     done = subprocess.run(["bash", str(RUN_SH), str(out), str(request.param)], capture_output=True, text=True,
-                          timeout=3600)
+                          timeout=3600, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     return out
 

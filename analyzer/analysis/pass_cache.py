@@ -50,11 +50,11 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..ingest import rules
-from ..ingest.load import TableFiles, table_plan
+from ..ingest.load import RoundsInPlace, TableFiles, in_place_counts, table_plan
 from ..ingest.schema import TableSchema, load_schemas
 from ..resources import resource_dir
 from .cache_store import CacheUnusable, Store
-from .views import MATERIALIZED_FILE, View, ViewError
+from .views import MATERIALIZED_FILE, ROUND_AGGREGATES, View, ViewError
 
 Progress = Callable[[str], None]
 
@@ -237,6 +237,8 @@ class CachedPasses:
         self.units: list[Unit] = []
         self.entries: dict[str, object] = {}
         self.row_counts: dict[str, dict[str, int]] = {}
+        self.witness: dict[str, dict[str, int]] = {}
+        self.built = False
         self.partitioned = False
         self.plan: rules.TablePlan | None = None
         self.found: dict[str, TableFiles] = {}
@@ -256,9 +258,10 @@ class CachedPasses:
         with self.store.reading():
             for unit in self.units:
                 entry = self.store.get(unit.key)
-                if entry is not None and isinstance(entry.manifest.get("row_pass"), dict):
+                if entry is not None and all(isinstance(entry.manifest.get(k), dict) for k in ("row_pass", "witness")):
                     self.entries[unit.key] = entry
                     self.row_counts[unit.key] = entry.manifest["row_pass"]
+                    self.witness[unit.key] = entry.manifest["witness"]
         self.stats.read = len(self.entries)
         new = [u for u in self.units if u.key not in self.entries]
         if new:
@@ -317,13 +320,27 @@ class CachedPasses:
             with self._unit_inputs(con, unit):
                 for name in passes:
                     create(views[name])
+            # the rules that read other rows, counted on this unit's aggregates against every
+            # parent as read: zero in every unit exactly when zero on the merged aggregates
+            self.witness[unit.key] = in_place_counts(con, RoundsInPlace(self.found, self.plan), ROUND_AGGREGATES)
             self._keep(con, unit, passes)
         self.stats.computed = len(new)
-        if len(self.units) == 1 and new:
-            return set(plain) | set(passes)     # the one unit's tables are the tables
-        self._merge(con, passes, merges)
-        self.stats.evicted = len(self.store.evict())
+        if not (len(self.units) == 1 and new):     # else the one unit's tables are the tables
+            self._merge(con, passes, merges)
+            self.stats.evicted = len(self.store.evict())
+        self.built = True
         return set(plain) | set(passes)
+
+    def witnessed(self) -> dict[str, int] | None:
+        """The non-zero counts of the rounds' rules that read other rows, summed over the
+        units (None when the passes were not built from units)."""
+        if not self.built:
+            return None
+        total: dict[str, int] = {}
+        for counts in self.witness.values():
+            for reason, n in counts.items():
+                total[reason] = total.get(reason, 0) + n
+        return {reason: n for reason, n in total.items() if n}
 
     def finish(self) -> None:
         """After a run whose passes were all read (build not reached is fine too): keep the size bound."""
@@ -379,7 +396,8 @@ class CachedPasses:
             finally:
                 con.execute("detach _specan_new")
             self.store.put(unit.key, target, {
-                "unit": unit.label, "row_pass": self.row_counts[unit.key], "specan": __version__,
+                "unit": unit.label, "row_pass": self.row_counts[unit.key], "witness": self.witness[unit.key],
+                "specan": __version__,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "passes": passes})
             self.stats.written += 1
             entry = self.store.get(unit.key)

@@ -449,14 +449,15 @@ def in_place_counts(con: duckdb.DuckDBPyConnection, pending: RoundsInPlace,
 
 
 def confirm_in_place(con: duckdb.DuckDBPyConnection, summary: LoadSummary, aggregates: rules.RoundAggregates,
-                     progress: Progress | None = None) -> bool:
+                     progress: Progress | None = None, counted: dict[str, int] | None = None) -> bool:
     """Settle rounds read in place, once ``aggregates`` exist. Returns True when some rule
     may be broken and the rounds took the exact strategy (then every relation built
-    from them must be built again)."""
+    from them must be built again). ``counted``: ``in_place_counts`` already known (the
+    cache of the passes keeps them per trace unit), so the aggregates are not read."""
     pending, summary.pending = summary.pending, None
     if pending is None:
         return False
-    breaking = in_place_counts(con, pending, aggregates)
+    breaking = in_place_counts(con, pending, aggregates) if counted is None else counted
     if not breaking:
         return False
     if progress:
