@@ -263,11 +263,15 @@ def _open_cached(traces, hashed_links: frozenset[str], *, cache: Cache | None, v
         ws = _open_scratch(traces, hashed_links, views=views, repeat_n=repeat_n, progress=progress,
                            passes=passes, **options)
     except CacheFallback as exc:
+        passes.abandon()
         if progress:
             progress(f"reading every file without the cache: {exc}")
         ws = _open_scratch(traces, hashed_links, views=views, repeat_n=repeat_n, progress=progress, **options)
         passes.stats.unused_because = str(exc)
-    passes.finish()
+    except BaseException:
+        passes.abandon()
+        raise
+    passes.commit()
     ws.cache = passes.stats
     return ws
 
@@ -302,8 +306,11 @@ def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, p
             if confirm_in_place(con, summary, ROUND_AGGREGATES, progress, counted):
                 if passes is not None:
                     passes.stats.unused_because = "the rounds break a rule that reads other rows, so they were copied"
+                    passes.release(con)
+                    passes = None
                 _create_views_over(con, summary, repeat_n=repeat_n, progress=progress, by=slices)
-        _check_link_keys(con, summary, ROUND_AGGREGATES if views else None)
+        if passes is None or not passes.check_link_keys(con, summary.rows_without_uid):
+            _check_link_keys(con, summary, ROUND_AGGREGATES if views else None)
     except BaseException:
         Workspace(con, None, workdir).close()
         raise

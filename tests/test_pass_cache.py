@@ -25,7 +25,8 @@ from analyzer.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces"
-PASSES = ("request_rounds", "step_rounds", "round_group_cells", "request_gaps_unpacked")
+PASSES = ("request_rounds", "step_rounds", "cost_steps", "round_group_cells", "request_gaps_unpacked",
+          "itl_histogram")
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +68,15 @@ def touch_later(path: Path) -> None:
 
 def test_every_pass_over_the_rounds_says_how_its_units_merge():
     views = discover_views()
-    passes = round_passes(views, dependency_order(views))
-    assert passes == ["request_rounds", "step_rounds", "round_group_cells", "request_gaps_unpacked"]
     merges = declared_merges()
-    assert set(passes) <= set(merges)
+    assert round_passes(views, dependency_order(views)) == [
+        "request_rounds", "step_rounds", "round_group_cells", "request_gaps_unpacked"]
+    passes = round_passes(views, dependency_order(views), set(merges))
+    assert set(passes) == {"request_rounds", "step_rounds", "cost_steps", "round_group_cells",
+                           "request_gaps_unpacked", "itl_histogram"}
+    order = dependency_order(views)
+    assert passes == [n for n in order if n in passes]
+    assert set(passes) == set(merges)
     assert merges["round_group_cells"].how == "sum" and merges["request_rounds"].unique
 
 
@@ -80,8 +86,8 @@ def test_the_sample_report_is_the_same_document_cold_warm_and_without(tmp_path):
     cold, first = document(SAMPLE, cache)
     warm, second = document(SAMPLE, cache)
     assert none is None
-    assert (first.units, first.read, first.computed, first.written) == (3, 0, 3, 3)
-    assert (second.units, second.read, second.computed, second.written) == (3, 3, 0, 0)
+    assert (first.units, first.read, first.computed, first.written, first.checks) == (3, 0, 3, 3, "merged")
+    assert (second.units, second.read, second.computed, second.written, second.checks) == (3, 3, 0, 0, "per unit")
     assert cold == without
     assert warm == without
 
@@ -108,7 +114,7 @@ def test_a_date_rewritten_is_read_again_and_the_others_are_not(small, tmp_path):
     tables(traces, cache)
     touch_later(next((traces / "rounds" / "date=2026-11-27").glob("*.parquet")))
     again, stats = tables(traces, cache)
-    assert (stats.read, stats.computed) == (2, 1)
+    assert (stats.read, stats.computed, stats.checks) == (2, 1, "per unit")
     assert again == tables(traces, None)[0]
 
 
@@ -148,8 +154,9 @@ def test_traces_without_partitions_are_one_unit(small, tmp_path):
     flat = tmp_path / "flat"
     flat.mkdir()
     for table in ("deployments", "requests", "steps", "rounds"):
-        parts = [pq.read_table(p) for p in sorted((small / table).rglob("*.parquet"))]
-        pq.write_table(pa.concat_tables(parts, promote_options="default"), flat / f"{table}.parquet")
+        # one date's files (ids restart every day: two dates in one file would be duplicate keys)
+        (part,) = (small / table / "date=2026-11-26").glob("*.parquet")
+        pq.write_table(pq.read_table(part), flat / f"{table}.parquet")
     cache = api.Cache(tmp_path / "cache")
     exact, _ = tables(flat, None)
     tables(flat, cache)
@@ -243,11 +250,11 @@ def test_unit_keys_follow_the_files_and_the_shape(small, tmp_path):
 
     traces = copy_of(small, tmp_path / "traces")
 
-    def keys(repeat_n=3):
+    def keys(repeat_n=3, deployments="d"):
         found = discover(traces)
         plans = {t: table_plan(found[t], load_schemas()[t], found) for t in ("deployments", "requests", "steps",
                                                                               "rounds")}
-        return [(u.label, u.key) for u in plan_units(found, plans, repeat_n)]
+        return [(u.label, u.key) for u in plan_units(found, plans, repeat_n, deployments)]
 
     first = keys()
     assert [label for label, _ in first] == ["date=2026-11-26", "date=2026-11-27", "date=2026-11-28"]
@@ -256,6 +263,8 @@ def test_unit_keys_follow_the_files_and_the_shape(small, tmp_path):
     changed = keys()
     assert changed[0][1] != first[0][1] and changed[1:] == first[1:]
     assert all(a[1] != b[1] for a, b in zip(keys(repeat_n=4), changed))
+    # the deployments as loaded (a new date's file may change a deployment every unit reads)
+    assert all(a[1] != b[1] for a, b in zip(keys(deployments="other"), changed))
 
 
 def test_concurrent_runs_share_the_folder(small, tmp_path):
@@ -294,3 +303,72 @@ def test_the_default_folder_is_under_xdg_cache_home(small, tmp_path, monkeypatch
     result = CliRunner().invoke(main, ["report", str(small), "--format", "json", "-o", str(tmp_path / "r.json")])
     assert result.exit_code == 0, result.output
     assert len(list((tmp_path / "xdg" / "specan" / "passes-v1").glob("*.json"))) == 3
+
+
+def _uid_cases():
+    from test_link_keys import rid, tables, with_uid_tables
+
+    def wrong_in_rounds():
+        bad = with_uid_tables(tables(False))
+        bad["rounds"][2]["request_uid"] = rid("a", "r1")
+        return bad, tables(False), "request_uid", "stands for two request_ids in rounds"
+
+    def of_no_request():
+        bad = with_uid_tables(tables(False))
+        bad["rounds"][2]["request_uid"] = 12345
+        return bad, tables(False), "request_uid", "which requests gives another request_id or none"
+
+    def shared_by_two():
+        tabs = tables(True)
+        bad = with_uid_tables(tabs)
+        for row in bad["requests"] + bad["rounds"]:
+            if row["request_id"] == "r2":
+                row["request_uid"] = rid("a", "r1")
+        return bad, tabs, "request_uid", "stands for two requests keys"
+
+    def step_without_uid():
+        bad = with_uid_tables(tables(False))
+        bad["rounds"][1]["step_uid"] = None
+        return bad, tables(False), "step_uid", "1 rows have a step_id but no step_uid"
+
+    return {"wrong uid in rounds": wrong_in_rounds, "uid of no request": of_no_request,
+            "uid shared by two requests": shared_by_two, "step id without its uid": step_without_uid}
+
+
+@pytest.mark.parametrize("case", list(_uid_cases()))
+def test_written_link_keys_are_refused_alike_from_the_cache(tmp_path, case):
+    """The link keys' checks kept per unit refuse what the checks on the files refuse, cold and warm."""
+    from test_link_keys import opened, uid_notes, without_uid_notes
+    from tracebuilder import write_traces
+
+    bad, plain, uid, problem = _uid_cases()[case]()
+    traces = write_traces(tmp_path / "bad", **bad)
+    plain_doc, plain_rejected, _ = opened(write_traces(tmp_path / "plain", **plain))
+    cache = api.Cache(tmp_path / "cache")
+    for run in ("cold", "warm"):
+        doc, rejected, summary = opened(traces, cache=cache)
+        assert uid not in summary.written_links, run
+        (note,) = uid_notes(doc)
+        assert problem in note, run
+        assert rejected == plain_rejected and without_uid_notes(doc) == plain_doc, run
+
+
+def test_partitioned_written_link_keys_from_the_cache(tmp_path):
+    """uids that repeat on every date (the loader mixes the date in) link within their date."""
+    from test_link_keys import BOTH, opened, with_uids
+    from tracebuilder import deployment, request, round_row, step, write_table
+
+    day = {"deployments": [deployment("a")],
+           "requests": [request("a", "r1", output_tokens=4)],
+           "steps": [step("a", 1), step("a", 2)],
+           "rounds": [round_row("a", "r1", 0, 4, 1, step_id=1), round_row("a", "r1", 1, 4, 2, step_id=2)]}
+    other = {**day, "rounds": [round_row("a", "r1", 0, 4, 4, step_id=1)]}
+    root = tmp_path / "uids"
+    for table in day:
+        write_table(root, table, {f"date=2026-11-2{i}": (with_uids(d[table]) if table != "deployments" else d[table])
+                                  for i, d in ((7, day), (8, other))})
+    exact = opened(root)
+    cache = api.Cache(tmp_path / "cache")
+    cold, warm = opened(root, cache=cache), opened(root, cache=cache)
+    assert cold[2].written_links == warm[2].written_links == BOTH
+    assert cold[:2] == warm[:2] == exact[:2]

@@ -26,11 +26,14 @@ Exact by construction:
   unit's rows are all the rows of those keys; checked: two units giving one key
   falls back to reading the files), ``sum`` for cells (counts and exact sums added,
   least and greatest kept), each column cast back to its type;
-- the row rules that read a row alone are counted per unit (the count is kept in
-  the entry); a unit with a break, or a rule that reads other rows broken anywhere,
-  sends the run down the exact path without the cache (``ingest.load``). The rules
-  that span units (unknown and ambiguous parents, duplicates) are counted from the
-  merged tables, as without the cache.
+- the row rules that read a row alone are counted per unit, and so are the rules
+  that read other rows (unknown and ambiguous parents, duplicates, order: the unit's
+  aggregates against every parent as read) and the link keys' checks (the unit's
+  parents among themselves, its rounds against every parent); all are kept in the
+  entry. Each count is zero in every unit exactly when it is zero over the merged
+  tables, since a unit's keys are its own; the one check that spans units, no parent
+  link key in two partitions, runs on every run. A break sends the run down the
+  exact path without the cache (``ingest.load``).
 """
 
 from __future__ import annotations
@@ -50,10 +53,11 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..ingest import rules
-from ..ingest.load import RoundsInPlace, TableFiles, in_place_counts, table_plan
+from ..ingest.load import (LINKS, RoundsInPlace, TableFiles, decide_link_keys, in_place_counts, link_key_hits,
+                           table_plan, uid_in_two_partitions_sql)
 from ..ingest.schema import TableSchema, load_schemas
 from ..resources import resource_dir
-from .cache_store import CacheUnusable, Store
+from .cache_store import CacheUnusable, Entry, Store
 from .views import MATERIALIZED_FILE, ROUND_AGGREGATES, View, ViewError
 
 Progress = Callable[[str], None]
@@ -94,13 +98,27 @@ def declared_merges(sql_dir: Path | None = None) -> dict[str, Merge]:
     return merges
 
 
-def round_passes(views: dict[str, View], order: list[str]) -> list[str]:
-    """The materialised views that read the rounds through plain views only, in creation order."""
+def round_passes(views: dict[str, View], order: list[str], declared: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The materialised views that read the rounds through plain views only, and those of
+    ``declared`` (the ``[partials]``) that read only such passes, in creation order."""
     def reads_rounds(name: str) -> bool:
         refs = views[name].references
         return "rounds" in refs or any(r in views and not views[r].materialized and reads_rounds(r) for r in refs)
 
-    return [n for n in order if views[n].materialized and reads_rounds(n)]
+    passes: list[str] = []
+    for name in order:
+        if not views[name].materialized:
+            continue
+        if reads_rounds(name):
+            passes.append(name)
+        elif name in declared:
+            later = sorted(r for r in views[name].references
+                           if r in views and views[r].materialized and r not in passes)
+            if later:
+                raise ViewError(f"sql/{MATERIALIZED_FILE}: [partials.{name}] reads {', '.join(later)}, "
+                                "which is not computed per trace unit")
+            passes.append(name)
+    return passes
 
 
 def plain_inputs(views: dict[str, View], order: list[str], passes: list[str]) -> list[str]:
@@ -168,8 +186,11 @@ def _fingerprint(path: Path) -> list:
     return [str(path.resolve()), info.st_size, info.st_mtime_ns]
 
 
-def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], repeat_n: int) -> list[Unit]:
-    """The trace's units, each with its key."""
+def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], repeat_n: int,
+               deployments_digest: str = "") -> list[Unit]:
+    """The trace's units, each with its key. ``deployments_digest``: a hash of the clean
+    deployments table, which passes read (cost_steps: a deployment's method), and which a
+    new date's deployments file may change."""
     partitions = sorted(found["rounds"].partitions)
     linked = [t for t in ("requests", "steps") if found[t].present]
     alike = bool(partitions) and all(sorted(found[t].partitions) == partitions for t in linked) and all(
@@ -181,6 +202,7 @@ def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], 
         "code": code_digest(),
         "duckdb": duckdb.__version__,
         "repeat_n": repeat_n,
+        "deployments": deployments_digest,
         "partitions": partitions,
         "plans": {t: _canonical(p) for t, p in sorted(plans.items())},
     }
@@ -218,6 +240,9 @@ class CacheStats:
     evicted: int = 0
     unused_because: str | None = None
     problems: list[str] = field(default_factory=list)
+    # where the rules that read other rows and the link keys' checks ran: "per unit" (the
+    # new units', the others' kept) or "merged" (once, over the merged tables)
+    checks: str = ""
 
     def line(self) -> str:
         if self.unused_because:
@@ -238,7 +263,14 @@ class CachedPasses:
         self.entries: dict[str, object] = {}
         self.row_counts: dict[str, dict[str, int]] = {}
         self.witness: dict[str, dict[str, int]] = {}
+        self.link_hits: dict[str, dict[str, dict]] = {}
+        self.written: frozenset[str] = frozenset()
         self.built = False
+        self.attached: list[str] = []        # the entries' databases, attached for the workspace's life
+        self.merged_views: list[str] = []
+        self.per_unit = False
+        self.deferred: dict[str, Path] = {}  # written, kept once the caller's checks found nothing
+        self.passes: list[str] = []
         self.partitioned = False
         self.plan: rules.TablePlan | None = None
         self.found: dict[str, TableFiles] = {}
@@ -251,17 +283,22 @@ class CachedPasses:
         unit read before gives its kept counts, the others are counted in one pass."""
         schemas = load_schemas()
         plans = {t: table_plan(found[t], schemas[t], found, written) for t in ("deployments", *UNIT_TABLES)}
-        self.plan, self.found = plan, found
-        self.units = plan_units(found, plans, self.repeat_n)
+        self.plan, self.found, self.written = plan, found, written
+        # the deployments are loaded before the rounds: their content, as the passes read it
+        digest = execute("select md5(coalesce(string_agg(d::varchar, chr(31) order by d::varchar), '')) "
+                         "from deployments as d").fetchone()[0]
+        self.units = plan_units(found, plans, self.repeat_n, digest)
         self.partitioned = bool(self.units and self.units[0].partition)
         self.stats.units = len(self.units)
         with self.store.reading():
             for unit in self.units:
                 entry = self.store.get(unit.key)
-                if entry is not None and all(isinstance(entry.manifest.get(k), dict) for k in ("row_pass", "witness")):
+                if entry is not None and all(isinstance(entry.manifest.get(k), dict)
+                                             for k in ("row_pass", "witness", "link_hits")):
                     self.entries[unit.key] = entry
                     self.row_counts[unit.key] = entry.manifest["row_pass"]
                     self.witness[unit.key] = entry.manifest["witness"]
+                    self.link_hits[unit.key] = entry.manifest["link_hits"]
         self.stats.read = len(self.entries)
         new = [u for u in self.units if u.key not in self.entries]
         if new:
@@ -305,8 +342,8 @@ class CachedPasses:
     def build(self, con: duckdb.DuckDBPyConnection, views: dict[str, View], order: list[str],
               create: Callable[[View], None]) -> set[str]:
         """Create the passes (and the plain views they read) in ``con``; return their names."""
-        passes = round_passes(views, order)
         merges = declared_merges()
+        passes = round_passes(views, order, set(merges))
         missing = [p for p in passes if p not in merges]
         if missing:
             raise ViewError(f"sql/{MATERIALIZED_FILE}: pass over the rounds {', '.join(missing)} has no "
@@ -315,26 +352,62 @@ class CachedPasses:
         for name in plain:
             create(views[name])
         new = [u for u in self.units if u.key not in self.entries]
+        # The findings of the rules that read other rows and of the link keys' checks, per new
+        # unit against every parent as read (few new units beside kept ones: a re-run), or once
+        # over the merged tables by the caller (a first run: as without the cache). Zero over the
+        # merged tables is zero in every unit, so its entries are kept with none, once the
+        # caller found none (commit); a unit's own findings are zero in every unit exactly when
+        # zero over the merged tables, since a unit's keys are its own.
+        self.per_unit = bool(self.entries) and len(new) <= len(self.units) // 2
+        self.stats.checks = "per unit" if self.per_unit else "merged"
         for index, unit in enumerate(new, 1):
             self.say(f"computing the passes over the rounds of {unit.label} ({index} of {len(new)})")
             with self._unit_inputs(con, unit):
                 for name in passes:
                     create(views[name])
-            # the rules that read other rows, counted on this unit's aggregates against every
-            # parent as read: zero in every unit exactly when zero on the merged aggregates
-            self.witness[unit.key] = in_place_counts(con, RoundsInPlace(self.found, self.plan), ROUND_AGGREGATES)
-            self._keep(con, unit, passes)
+            written = self._write(con, unit, passes)
+            if self.per_unit:
+                self.witness[unit.key] = in_place_counts(con, RoundsInPlace(self.found, self.plan),
+                                                         ROUND_AGGREGATES)
+                self.link_hits[unit.key] = _jsonable(link_key_hits(
+                    lambda sql: con.execute(sql).fetchone(), self.found, rules.parents_as_read_sql,
+                    ROUND_AGGREGATES, written=self.written,
+                    parents_where=unit.filter_sql() if self.partitioned else None))
+                if written is not None:
+                    self._put(unit, written)
+            elif written is not None:
+                self.deferred[unit.key] = written
         self.stats.computed = len(new)
         if not (len(self.units) == 1 and new):     # else the one unit's tables are the tables
             self._merge(con, passes, merges)
-            self.stats.evicted = len(self.store.evict())
+        self.passes = passes
         self.built = True
         return set(plain) | set(passes)
+
+    def commit(self) -> None:
+        """The caller's checks over the merged tables found nothing: keep the deferred units
+        (with no findings), then bound the folder."""
+        for unit in self.units:
+            written = self.deferred.pop(unit.key, None)
+            if written is not None:
+                self.witness[unit.key], self.link_hits[unit.key] = {}, {}
+                self._put(unit, written)
+        try:
+            self.stats.evicted += len(self.store.evict())
+        except OSError as exc:
+            self.stats.problems.append(str(exc))
+
+    def abandon(self) -> None:
+        """The run did not take the units' tables (a rule broken, link keys refused): keep none
+        of the deferred units."""
+        for written in self.deferred.values():
+            self.store.discard(written)
+        self.deferred.clear()
 
     def witnessed(self) -> dict[str, int] | None:
         """The non-zero counts of the rounds' rules that read other rows, summed over the
         units (None when the passes were not built from units)."""
-        if not self.built:
+        if not (self.built and self.per_unit):
             return None
         total: dict[str, int] = {}
         for counts in self.witness.values():
@@ -342,14 +415,27 @@ class CachedPasses:
                 total[reason] = total.get(reason, 0) + n
         return {reason: n for reason, n in total.items() if n}
 
-    def finish(self) -> None:
-        """After a run whose passes were all read (build not reached is fine too): keep the size bound."""
-        if self.stats.written:
-            return
-        try:
-            self.stats.evicted += len(self.store.evict())
-        except OSError as exc:
-            self.stats.problems.append(str(exc))
+    def check_link_keys(self, con: duckdb.DuckDBPyConnection, rows_without_uid: dict[str, int]) -> bool:
+        """``ingest.load.check_link_keys`` from the units' kept findings, with the one check
+        that spans units run here: no parent's link key in two partitions. False when the
+        passes were not built from units or are checked over the merged tables (the caller
+        checks the usual way)."""
+        if not (self.built and self.per_unit):
+            return False
+        hits: dict[str, dict] = {}
+        for unit in self.units:
+            for uid, found_here in self.link_hits[unit.key].items():
+                merged = hits.setdefault(uid, {})
+                for check, hit in found_here.items():
+                    if merged.get(check) is None:
+                        merged[check] = hit
+        if self.partitioned:
+            for parent, uid, _column, _holder in LINKS:
+                sql = uid_in_two_partitions_sql(self.found, parent, uid, rules.parents_as_read_sql(parent))
+                if self.found[parent].present and sql and hits.setdefault(uid, {}).get("parent_collision") is None:
+                    hits[uid]["parent_collision"] = con.execute(sql).fetchone()
+        decide_link_keys(hits, written=self.written, rows_without_uid=rows_without_uid)
+        return True
 
     class _Inputs:
         def __init__(self, outer, con, unit):
@@ -385,8 +471,9 @@ class CachedPasses:
     def _unit_inputs(self, con, unit: Unit):
         return self._Inputs(self, con, unit)
 
-    def _keep(self, con: duckdb.DuckDBPyConnection, unit: Unit, passes: list[str]) -> None:
-        """Write the unit's pass tables (now in ``con``) as its cache entry."""
+    def _write(self, con: duckdb.DuckDBPyConnection, unit: Unit, passes: list[str]) -> Path | None:
+        """Write the unit's pass tables (now in ``con``) to a new database in the cache folder,
+        which the merge reads; None when it cannot be written (its tables are copied aside)."""
         target = self.store.new_database()
         try:
             con.execute(f"attach '{target}' as _specan_new")
@@ -395,29 +482,35 @@ class CachedPasses:
                     con.execute(f'create table _specan_new."{name}" as select * from "{name}"')
             finally:
                 con.execute("detach _specan_new")
-            self.store.put(unit.key, target, {
-                "unit": unit.label, "row_pass": self.row_counts[unit.key], "witness": self.witness[unit.key],
-                "specan": __version__,
-                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "passes": passes})
-            self.stats.written += 1
-            entry = self.store.get(unit.key)
-            if entry is not None:
-                self.entries[unit.key] = entry
+            self.entries[unit.key] = Entry(unit.key, target, {})
+            return target
         except (OSError, duckdb.IOException) as exc:
             self.store.discard(target)
             self.stats.problems.append(f"could not keep {unit.label} in the cache ({exc})")
-        if unit.key not in self.entries:
-            # not kept: its tables are copied aside for the merge
-            index = self.units.index(unit)
-            for name in passes:
-                con.execute(f'create or replace temp table "_specan_unit_{index}_{name}" as '
-                            f'select * from "{name}"')
-            self.entries[unit.key] = None
+        index = self.units.index(unit)
+        for name in passes:
+            con.execute(f'create or replace temp table "_specan_unit_{index}_{name}" as select * from "{name}"')
+        self.entries[unit.key] = None
+        return None
+
+    def _put(self, unit: Unit, written: Path) -> None:
+        """Rename a written database into place as the unit's entry, with its manifest."""
+        try:
+            self.store.put(unit.key, written, {
+                "unit": unit.label, "row_pass": self.row_counts[unit.key], "witness": self.witness[unit.key],
+                "link_hits": self.link_hits[unit.key], "specan": __version__, "passes": self.passes,
+                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            self.stats.written += 1
+            self.entries[unit.key] = self.store.get(unit.key) or Entry(unit.key, written, {})
+        except OSError as exc:
+            self.store.discard(written)
+            self.stats.problems.append(f"could not keep {unit.label} in the cache ({exc})")
 
     def _merge(self, con: duckdb.DuckDBPyConnection, passes: list[str], merges: dict[str, Merge]) -> None:
+        """The passes' tables from the units': a union is a view over the entries (attached
+        read-only for the workspace's life: nothing is copied), a sum a table of the cells."""
         self.say(f"merging the passes of {len(self.units)} trace units")
         sources: dict[str, list[str]] = {name: [] for name in passes}
-        attached = []
         try:
             for index, unit in enumerate(self.units):
                 entry = self.entries[unit.key]
@@ -432,29 +525,49 @@ class CachedPasses:
                     # removed by another run's size bound since it was looked up, or damaged
                     raise CacheFallback(f"the cache entry of {unit.label} cannot be opened "
                                         f"({str(exc).splitlines()[0]})") from None
-                attached.append(alias)
+                self.attached.append(alias)
                 for name in passes:
                     sources[name].append(f'{alias}."{name}"')
             for name in passes:
                 union = " union all ".join(f"select * from {s}" for s in sources[name])
                 merge = merges[name]
+                con.execute(f'drop table if exists "{name}"')    # the last unit's, computed here
                 if merge.how == "union":
                     keys = ", ".join(rules.q(c) for c in merge.key)
-                    con.execute(f'create or replace temp table "{name}" as {union}')
+                    con.execute(f'create temp view "{name}" as {union}')
+                    self.merged_views.append(name)
                     if merge.unique and len(sources[name]) > 1 and con.execute(
                             f'select 1 from "{name}" group by {keys} having count(*) > 1 limit 1').fetchone():
                         raise CacheFallback(f"two trace units give {name} rows of one ({', '.join(merge.key)})")
                 else:
                     columns = con.execute(f"describe select * from {sources[name][0]}").fetchall()
-                    con.execute(f'create or replace temp table "{name}" as '
+                    con.execute(f'create temp table "{name}" as '
                                 f'select {_sum_columns(merge, columns)} from ({union}) '
                                 f'group by {", ".join(rules.q(c) for c in merge.key)}')
-        finally:
-            for alias in attached:
-                con.execute(f"detach {alias}")
-            for table in con.execute("select table_name from duckdb_tables() "
-                                     "where table_name like '\\_specan\\_unit\\_%' escape '\\'").fetchall():
-                con.execute(f'drop table "{table[0]}"')
+        except BaseException:
+            self.release(con)
+            raise
+
+    def release(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Drop the merged views and detach the entries (before the passes are built again
+        without the cache: the exact path)."""
+        for name in self.merged_views:
+            con.execute(f'drop view if exists "{name}"')
+        for alias in self.attached:
+            con.execute(f"detach database if exists {alias}")
+        for table in con.execute("select table_name from duckdb_tables() "
+                                 "where table_name like '\\_specan\\_unit\\_%' escape '\\'").fetchall():
+            con.execute(f'drop table "{table[0]}"')
+        self.merged_views, self.attached = [], []
+        self.abandon()
+
+
+def _jsonable(hits: dict[str, dict[str, tuple | None]]) -> dict[str, dict[str, list | None]]:
+    """Findings as the manifest keeps them (a row as a list; ids that are not text or numbers as text)."""
+    return {uid: {check: None if row is None else [v if isinstance(v, (int, float, str)) or v is None else str(v)
+                                                   for v in row]
+                  for check, row in found_here.items()}
+            for uid, found_here in hits.items()}
 
 
 def _sum_columns(merge: Merge, columns: list[tuple]) -> str:

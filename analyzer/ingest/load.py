@@ -615,37 +615,75 @@ def link_key_checks(fetch: Callable[[str], tuple | None], found: dict[str, Table
     """``check_link_keys`` on any engine: ``fetch(sql)`` runs DuckDB SQL (transpiled where
     needed) and returns its first row or None; ``parents_of(table)`` names the parent as
     read. Without ``rounds`` only the parents are checked (the rounds' aggregates come later)."""
-    rows_without_uid = rows_without_uid or {}
+    decide_link_keys(link_key_hits(fetch, found, parents_of, aggregates, written=written, rounds=rounds),
+                     written=written, rows_without_uid=rows_without_uid)
+
+
+def link_key_hits(fetch: Callable[[str], tuple | None], found: dict[str, TableFiles],
+                  parents_of: Callable[[str], str], aggregates: rules.RoundAggregates | None = None, *,
+                  written: frozenset[str] = frozenset(), rounds: bool = True,
+                  parents_where: str | None = None) -> dict[str, dict[str, tuple | None]]:
+    """What each check of ``link_key_checks`` finds, per link key: the first offending row
+    of each query, or None. ``parents_where`` restricts the parents' own checks (one trace
+    unit's parents, the cache of the passes); the rounds are always checked against every parent."""
+    hits: dict[str, dict[str, tuple | None]] = {}
     for parent, uid, column, holder in LINKS:
         is_written = uid in written
         parents = parents_of(parent)
-        if is_written and rows_without_uid.get(uid):
-            raise InvalidLinkKeys(uid, parent, f"{rows_without_uid[uid]} rows have a {column} but no {uid}")
-        hit = None
+        own = f"(select * from {parents} where {parents_where})" if parents_where else parents
+        found_here: dict[str, tuple | None] = {}
         if found[parent].present:
-            hit = fetch(parent_collision_sql(found, parent, uid, column, parents))
-            if hit is not None and is_written:
-                raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {parent} keys")
-        if hit is None and is_written:
-            twice = fetch(parent_key_uids_sql(found, parent, uid, column, parents))
-            if twice is not None:
-                raise InvalidLinkKeys(uid, parent, f"{column} {twice[0]!r} has two {uid}s in {parent}")
+            found_here["parent_collision"] = fetch(parent_collision_sql(found, parent, uid, column, own))
+            if is_written:
+                found_here["parent_key_uids"] = fetch(parent_key_uids_sql(found, parent, uid, column, own))
         relation = getattr(aggregates, holder) if aggregates is not None else None
         if relation is None and is_written:
             relation = getattr(ROUNDS_BY_LINK_KEY, holder)
-        if not rounds:
-            relation = None
-        if hit is None and relation is not None:
-            hit = fetch(aggregate_collision_sql(uid, relation))
+        if rounds and relation is not None:
+            found_here["aggregate_collision"] = fetch(aggregate_collision_sql(uid, relation))
+            if is_written:
+                found_here["misdirected"] = fetch(misdirected_uid_sql(uid, column, relation, parents))
+        hits[uid] = found_here
+    return hits
+
+
+def decide_link_keys(hits: dict[str, dict[str, tuple | None]], *, written: frozenset[str] = frozenset(),
+                     rows_without_uid: dict[str, int] | None = None) -> None:
+    """Raise what ``hits`` (``link_key_hits``) call for: ``InvalidLinkKeys`` for a written
+    link key that cannot stand for its keys, else ``collision`` for a hashed one."""
+    rows_without_uid = rows_without_uid or {}
+    for parent, uid, column, _holder in LINKS:
+        is_written = uid in written
+        found_here = hits.get(uid, {})
+        if is_written and rows_without_uid.get(uid):
+            raise InvalidLinkKeys(uid, parent, f"{rows_without_uid[uid]} rows have a {column} but no {uid}")
+        hit = found_here.get("parent_collision")
+        if hit is not None and is_written:
+            raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {parent} keys")
+        if hit is None and is_written:
+            twice = found_here.get("parent_key_uids")
+            if twice is not None:
+                raise InvalidLinkKeys(uid, parent, f"{column} {twice[0]!r} has two {uid}s in {parent}")
+        if hit is None:
+            hit = found_here.get("aggregate_collision")
             if hit is not None and is_written:
                 raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {column}s in rounds")
         if hit is not None:
             raise collision(uid, hit[0], parent)
-        if is_written and relation is not None:
-            wrong = fetch(misdirected_uid_sql(uid, column, relation, parents))
-            if wrong is not None:
-                raise InvalidLinkKeys(uid, parent, f"rounds of {column} {wrong[1]!r} have {uid} {wrong[0]}, "
-                                                   f"which {parent} gives another {column} or none")
+        wrong = found_here.get("misdirected") if is_written else None
+        if wrong is not None:
+            raise InvalidLinkKeys(uid, parent, f"rounds of {column} {wrong[1]!r} have {uid} {wrong[0]}, "
+                                               f"which {parent} gives another {column} or none")
+
+
+def uid_in_two_partitions_sql(found: dict[str, TableFiles], parent: str, uid: str, relation: str) -> str | None:
+    """One ``uid`` of the parent rows in ``relation`` that rows of two partitions share (the
+    parents' check across trace units; None when the link holds no partition)."""
+    shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
+    if not shared:
+        return None
+    return (f"select {uid} from {relation} group by {uid} "
+            f"having count(distinct ({', '.join(rules.q(c) for c in shared)}, 0)) > 1 limit 1")
 
 
 def table_plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles],
