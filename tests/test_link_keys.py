@@ -213,24 +213,24 @@ def test_uids_in_some_files_only_are_not_used(tmp_path):
     assert without_uid_notes(doc) == plain_doc
 
 
-def test_partitioned_ids_that_restart_every_day_need_no_partition_in_the_uid(tmp_path):
-    # r1 and step 1 on both dates are different requests and steps; the recipe's uid is the
-    # same on both dates, and the loader mixes in the date the link spans
+def ids_restarting_every_day(root: Path, uids: bool) -> Path:
+    """Two dates whose r1 and step 1 are different requests and steps: the recipe's uid is
+    the same on both dates, and the loader mixes in the date the link spans."""
     day = {"deployments": [deployment("a")],
            "requests": [request("a", "r1", output_tokens=4)],
            "steps": [step("a", 1), step("a", 2)],
            "rounds": [round_row("a", "r1", 0, 4, 1, step_id=1), round_row("a", "r1", 1, 4, 2, step_id=2)]}
     other = {**day, "rounds": [round_row("a", "r1", 0, 4, 4, step_id=1)]}
+    for table in day:
+        parts = {f"date=2026-11-2{i}": (with_uids(d[table]) if uids and table != "deployments" else d[table])
+                 for i, d in ((7, day), (8, other))}
+        write_table(root, table, parts)
+    return root
 
-    def make(root, uids):
-        for table in day:
-            parts = {f"date=2026-11-2{i}": (with_uids(d[table]) if uids and table != "deployments" else d[table])
-                     for i, d in ((7, day), (8, other))}
-            write_table(root, table, parts)
-        return root
 
-    doc, rejected, summary = opened(make(tmp_path / "uids", True))
-    plain_doc, plain_rejected, _ = opened(make(tmp_path / "plain", False))
+def test_partitioned_ids_that_restart_every_day_need_no_partition_in_the_uid(tmp_path):
+    doc, rejected, summary = opened(ids_restarting_every_day(tmp_path / "uids", True))
+    plain_doc, plain_rejected, _ = opened(ids_restarting_every_day(tmp_path / "plain", False))
     assert summary.written_links == BOTH
     assert rejected == plain_rejected == []
     assert doc == plain_doc

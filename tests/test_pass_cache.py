@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
+import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -22,6 +23,11 @@ from analyzer import api
 from analyzer.analysis.pass_cache import declared_merges, plan_units, round_passes
 from analyzer.analysis.views import dependency_order, discover_views
 from analyzer.cli import main
+from analyzer.ingest.load import discover, table_plan
+from analyzer.ingest.schema import load_schemas
+from test_link_keys import (BOTH, ids_restarting_every_day, opened, rid, tables as link_tables, uid_notes,
+                            with_uid_tables, without_uid_notes)
+from tracebuilder import write_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces"
@@ -100,7 +106,6 @@ def test_merged_tables_equal_one_pass_row_for_row_and_type_for_type(small, tmp_p
     assert stats.read == 3
     assert merged == exact
     # the cells really were re-summed: cells of several dates became one
-    import duckdb
     per_unit = 0
     for entry in (tmp_path / "cache" / "passes-v1").glob("*.duckdb"):
         with duckdb.connect(str(entry), read_only=True) as con:
@@ -245,9 +250,6 @@ def test_the_folder_is_created_private(small, tmp_path):
 
 
 def test_unit_keys_follow_the_files_and_the_shape(small, tmp_path):
-    from analyzer.ingest.load import discover, table_plan
-    from analyzer.ingest.schema import load_schemas
-
     traces = copy_of(small, tmp_path / "traces")
 
     def keys(repeat_n=3, deployments="d"):
@@ -306,20 +308,18 @@ def test_the_default_folder_is_under_xdg_cache_home(small, tmp_path, monkeypatch
 
 
 def _uid_cases():
-    from test_link_keys import rid, tables, with_uid_tables
-
     def wrong_in_rounds():
-        bad = with_uid_tables(tables(False))
+        bad = with_uid_tables(link_tables(False))
         bad["rounds"][2]["request_uid"] = rid("a", "r1")
-        return bad, tables(False), "request_uid", "stands for two request_ids in rounds"
+        return bad, link_tables(False), "request_uid", "stands for two request_ids in rounds"
 
     def of_no_request():
-        bad = with_uid_tables(tables(False))
+        bad = with_uid_tables(link_tables(False))
         bad["rounds"][2]["request_uid"] = 12345
-        return bad, tables(False), "request_uid", "which requests gives another request_id or none"
+        return bad, link_tables(False), "request_uid", "which requests gives another request_id or none"
 
     def shared_by_two():
-        tabs = tables(True)
+        tabs = link_tables(True)
         bad = with_uid_tables(tabs)
         for row in bad["requests"] + bad["rounds"]:
             if row["request_id"] == "r2":
@@ -327,9 +327,9 @@ def _uid_cases():
         return bad, tabs, "request_uid", "stands for two requests keys"
 
     def step_without_uid():
-        bad = with_uid_tables(tables(False))
+        bad = with_uid_tables(link_tables(False))
         bad["rounds"][1]["step_uid"] = None
-        return bad, tables(False), "step_uid", "1 rows have a step_id but no step_uid"
+        return bad, link_tables(False), "step_uid", "1 rows have a step_id but no step_uid"
 
     return {"wrong uid in rounds": wrong_in_rounds, "uid of no request": of_no_request,
             "uid shared by two requests": shared_by_two, "step id without its uid": step_without_uid}
@@ -338,9 +338,6 @@ def _uid_cases():
 @pytest.mark.parametrize("case", list(_uid_cases()))
 def test_written_link_keys_are_refused_alike_from_the_cache(tmp_path, case):
     """The link keys' checks kept per unit refuse what the checks on the files refuse, cold and warm."""
-    from test_link_keys import opened, uid_notes, without_uid_notes
-    from tracebuilder import write_traces
-
     bad, plain, uid, problem = _uid_cases()[case]()
     traces = write_traces(tmp_path / "bad", **bad)
     plain_doc, plain_rejected, _ = opened(write_traces(tmp_path / "plain", **plain))
@@ -355,18 +352,7 @@ def test_written_link_keys_are_refused_alike_from_the_cache(tmp_path, case):
 
 def test_partitioned_written_link_keys_from_the_cache(tmp_path):
     """uids that repeat on every date (the loader mixes the date in) link within their date."""
-    from test_link_keys import BOTH, opened, with_uids
-    from tracebuilder import deployment, request, round_row, step, write_table
-
-    day = {"deployments": [deployment("a")],
-           "requests": [request("a", "r1", output_tokens=4)],
-           "steps": [step("a", 1), step("a", 2)],
-           "rounds": [round_row("a", "r1", 0, 4, 1, step_id=1), round_row("a", "r1", 1, 4, 2, step_id=2)]}
-    other = {**day, "rounds": [round_row("a", "r1", 0, 4, 4, step_id=1)]}
-    root = tmp_path / "uids"
-    for table in day:
-        write_table(root, table, {f"date=2026-11-2{i}": (with_uids(d[table]) if table != "deployments" else d[table])
-                                  for i, d in ((7, day), (8, other))})
+    root = ids_restarting_every_day(tmp_path / "uids", True)
     exact = opened(root)
     cache = api.Cache(tmp_path / "cache")
     cold, warm = opened(root, cache=cache), opened(root, cache=cache)

@@ -175,9 +175,6 @@ class Store:
                 removed.append(key)
         return removed
 
-    def size(self) -> int:
-        return sum(p.stat().st_size for p in self.folder.glob("*") if p.is_file() and not p.name.startswith("."))
-
     def _paths(self, key: str) -> tuple[Path, Path]:
         return self.folder / f"{key}.json", self.folder / f"{key}.duckdb"
 

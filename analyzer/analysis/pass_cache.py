@@ -38,12 +38,13 @@ Exact by construction:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -437,39 +438,29 @@ class CachedPasses:
         decide_link_keys(hits, written=self.written, rows_without_uid=rows_without_uid)
         return True
 
-    class _Inputs:
-        def __init__(self, outer, con, unit):
-            self.outer, self.con, self.unit = outer, con, unit
-            self.renamed: list[str] = []
-
-        def __enter__(self):
-            if not self.outer.partitioned:
-                return self
-            con, plan = self.con, self.outer.plan
-            schema = load_schemas()["rounds"]
-            con.execute(rules.raw_table_sql(schema, plan, view="_specan_rounds_files"))
-            con.execute(f"create or replace view rounds as select * from _specan_rounds_files "
-                        f"where {self.unit.filter_sql()}")
+    @contextlib.contextmanager
+    def _unit_inputs(self, con: duckdb.DuckDBPyConnection, unit: Unit) -> Iterator[None]:
+        """While open, ``rounds``, ``requests`` and ``steps`` hold ``unit``'s partition only."""
+        if not self.partitioned:
+            yield
+            return
+        schema = load_schemas()["rounds"]
+        con.execute(rules.raw_table_sql(schema, self.plan, view="_specan_rounds_files"))
+        con.execute(f"create or replace view rounds as select * from _specan_rounds_files where {unit.filter_sql()}")
+        renamed = []
+        try:
             for table in ("requests", "steps"):
-                if self.outer.found[table].present:
+                if self.found[table].present:
                     con.execute(f"alter table {table} rename to _specan_{table}_all")
-                    self.renamed.append(table)
-                    con.execute(f"create view {table} as select * from _specan_{table}_all "
-                                f"where {self.unit.filter_sql()}")
-            return self
-
-        def __exit__(self, *exc_info):
-            if not self.outer.partitioned:
-                return
-            con = self.con
-            for table in self.renamed:
-                con.execute(f"drop view {table}")
+                    renamed.append(table)
+                    con.execute(f"create view {table} as select * from _specan_{table}_all where {unit.filter_sql()}")
+            yield
+        finally:
+            for table in renamed:
+                con.execute(f"drop view if exists {table}")
                 con.execute(f"alter table _specan_{table}_all rename to {table}")
-            con.execute(rules.raw_table_sql(load_schemas()["rounds"], self.outer.plan, view="rounds"))
+            con.execute(rules.raw_table_sql(schema, self.plan, view="rounds"))
             con.execute("drop view if exists _specan_rounds_files")
-
-    def _unit_inputs(self, con, unit: Unit):
-        return self._Inputs(self, con, unit)
 
     def _write(self, con: duckdb.DuckDBPyConnection, unit: Unit, passes: list[str]) -> Path | None:
         """Write the unit's pass tables (now in ``con``) to a new database in the cache folder,
