@@ -199,7 +199,8 @@ def _cache() -> api.Cache | None:
         max_bytes = api.parse_size(meta.get("specan.cache_max", api.DEFAULT_CACHE_MAX))
     except InputProblem as exc:
         raise click.BadParameter(str(exc).removeprefix("--cache-max "), param_hint="--cache-max") from None
-    return api.Cache(meta.get("specan.cache_dir") or api.default_cache_dir(), max_bytes)
+    folder = meta.get("specan.cache_dir") or api.default_cache_dir()
+    return api.Cache(folder, max_bytes) if folder is not None else None
 
 
 def _say_cache(ws, show: Progress) -> None:

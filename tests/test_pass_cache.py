@@ -358,3 +358,17 @@ def test_partitioned_written_link_keys_from_the_cache(tmp_path):
     cold, warm = opened(root, cache=cache), opened(root, cache=cache)
     assert cold[2].written_links == warm[2].written_links == BOTH
     assert cold[:2] == warm[:2] == exact[:2]
+
+
+def test_no_cache_home_means_no_cache(monkeypatch):
+    from analyzer.analysis import cache_store
+
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(cache_store.Path, "home", staticmethod(no_home))
+    assert cache_store.default_cache_dir() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
+    assert cache_store.default_cache_dir() == Path("/somewhere/specan")

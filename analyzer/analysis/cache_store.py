@@ -52,9 +52,14 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[(match.group(2) or "b").lower()])
 
 
-def default_cache_dir() -> Path:
-    """``${XDG_CACHE_HOME:-$HOME/.cache}/specan``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+def default_cache_dir() -> Path | None:
+    """``${XDG_CACHE_HOME:-$HOME/.cache}/specan``; None when neither says where (no cache)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):
+            return None
     return Path(base) / "specan"
 
 
