@@ -247,6 +247,8 @@ def test_the_folder_is_created_private(small, tmp_path):
     tables(small, api.Cache(folder))
     assert (folder.stat().st_mode & 0o777) == 0o700
     assert ((folder / "passes-v1").stat().st_mode & 0o777) == 0o700
+    entries = [p for p in (folder / "passes-v1").iterdir() if p.suffix in (".json", ".duckdb")]
+    assert len(entries) == 6 and all((p.stat().st_mode & 0o777) == 0o600 for p in entries)
 
 
 def test_unit_keys_follow_the_files_and_the_shape(small, tmp_path):

@@ -138,6 +138,8 @@ class Store:
         manifest = {**manifest, "database_bytes": written.stat().st_size}
         text = self.folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex}.json"
         text.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        for path in (written, text):
+            path.chmod(0o600)     # the user's alone, as the folder
         with self._locked(exclusive=True):
             if self._complete(key):
                 written.unlink(missing_ok=True)
