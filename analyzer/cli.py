@@ -147,14 +147,17 @@ class Progress:
 
 
 def _progress_option(f):
-    f = click.option("--profile", is_flag=True, expose_value=False, callback=_remember_profile,
+    f = click.option("--profile", is_flag=True, expose_value=False, callback=_remember("profile"),
                      help="When done, print the seconds of every phase on stderr.")(f)
     return click.option("--progress/--no-progress", default=None,
                         help="Show progress on stderr (default: when stderr is a terminal).")(f)
 
 
-def _remember_profile(ctx: click.Context, _param, value: bool) -> None:
-    ctx.meta["specan.profile"] = value
+def _remember(name: str):
+    """A click callback that keeps an option's value in ``ctx.meta["specan.<name>"]``."""
+    def callback(ctx: click.Context, _param, value):
+        ctx.meta[f"specan.{name}"] = value
+    return callback
 
 
 def _memory_option(f):
@@ -182,12 +185,6 @@ def _cache_option(f):
                         expose_value=False, callback=_remember("cache_dir"),
                         help="Keep the passes over each date's rounds here and reuse them while its files are "
                              "unchanged [default: ${XDG_CACHE_HOME:-~/.cache}/specan].")(f)
-
-
-def _remember(name: str):
-    def callback(ctx: click.Context, _param, value):
-        ctx.meta[f"specan.{name}"] = value
-    return callback
 
 
 def _cache() -> api.Cache | None:
