@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 
 from .errors import EnvironmentProblem, InputProblem
+from .ingest.rules import EXAMPLES_PER_REASON  # noqa: F401  re-exported for the CLI
 from .outputs import check_output, write_output  # noqa: F401  re-exported for the CLI and nightly
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_in_place, load_traces,
                           name_unreadable_input, read_summary, with_hashed_fallback)
@@ -99,6 +100,8 @@ class Workspace:
     slices: tuple[str, ...] = ()
     # what the cache of the passes did (pass_cache.CacheStats), when one was asked for
     cache: CacheStats | None = None
+    # the Spark engine: what came back to the driver (analyzer.spark.Fetched)
+    fetched: object | None = None
 
     def close(self) -> None:
         self.con.close()
@@ -186,7 +189,7 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                 progress: Progress | None = None, views: bool = True,
                 repeat_n: int = DEFAULT_REPEAT_N, temp_dir: str | Path | None = None,
                 engine: str = "duckdb", spark_master: str | None = None, by: tuple[str, ...] = (),
-                cache: Cache | None = None) -> Workspace:
+                cache: Cache | None = None, rejected_out: str | None = None) -> Workspace:
     """Load a trace directory into a scratch database, with every view unless ``views`` is false.
 
     The scratch database is a file in this run's private temporary folder, not
@@ -200,7 +203,10 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     With ``engine="spark"`` the heavy pass runs on Spark (``analyzer.spark``) and the
     workspace holds what it brings back, with every view that can be computed from
     that. A directory written by ``specan load --engine spark --out DIR`` opens the
-    same way with the default engine.
+    same way with the default engine. Of the rejected rows, Spark brings back their
+    counts and a few examples per reason (``rejected_rows`` holds those); with
+    ``rejected_out`` (a path or URI) its executors write all of them there as Parquet.
+    ``Workspace.fetched`` says what came back.
 
     ``by`` names requests columns to slice by (``report --by``): the views
     ``slice_metrics`` and the others of ``analysis.slices`` are keyed by them. An
@@ -220,12 +226,19 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
         from . import spark
 
         if not views:
-            summary, rejected = spark.validate(str(traces), master=spark_master, date=date, progress=progress)
-            return open_reduced({"rejected_rows": rejected}, summary, memory_limit=memory_limit,
-                                temp_dir=temp_dir, views=False)
-        tables, summary = spark.reduce_traces(str(traces), master=spark_master, date=date, progress=progress)
-        return open_reduced(tables, summary, memory_limit=memory_limit, temp_dir=temp_dir,
-                            repeat_n=repeat_n, progress=progress)
+            summary, tables, fetched = spark.validate(str(traces), master=spark_master, date=date,
+                                                      progress=progress, rejected_out=rejected_out)
+            ws = open_reduced(tables, summary, memory_limit=memory_limit, temp_dir=temp_dir, views=False)
+        else:
+            tables, summary, fetched = spark.reduce_traces(str(traces), master=spark_master, date=date,
+                                                           progress=progress, rejected_out=rejected_out)
+            ws = open_reduced(tables, summary, memory_limit=memory_limit, temp_dir=temp_dir,
+                              repeat_n=repeat_n, progress=progress)
+        ws.fetched = fetched
+        return ws
+    if rejected_out is not None:
+        raise InputProblem("--rejected-out is for --engine spark (the DuckDB engine keeps the rejected "
+                           "rows in its rejected_rows table)")
     if _is_uri(traces):
         raise InputProblem(f"{traces}: a URI needs --engine spark (the DuckDB engine reads local paths)")
     if is_reduced(traces):

@@ -123,6 +123,7 @@ class Progress:
         self.profile = profile
         self.start = time.monotonic()
         self.phases: list[tuple[str, float]] = []
+        self.fetched: dict[str, int] = {}    # the Spark engine: Arrow bytes brought back, per table
 
     def __call__(self, message: str) -> None:
         now = time.monotonic()
@@ -144,11 +145,17 @@ class Progress:
         for name, seconds in rows:
             click.echo(f"{seconds:9.2f}  {name}", err=True)
         click.echo(f"{sum(s for _, s in rows):9.2f}  total", err=True)
+        if self.fetched:
+            click.echo("profile: bytes brought back from Spark, per table", err=True)
+            for name, size in sorted(self.fetched.items(), key=lambda item: (-item[1], item[0])):
+                click.echo(f"{size:12,}  {name}", err=True)
+            click.echo(f"{sum(self.fetched.values()):12,}  total", err=True)
 
 
 def _progress_option(f):
     f = click.option("--profile", is_flag=True, expose_value=False, callback=_remember("profile"),
-                     help="When done, print the seconds of every phase on stderr.")(f)
+                     help="When done, print the seconds of every phase on stderr (with --engine spark, "
+                          "also the bytes brought back per table).")(f)
     return click.option("--progress/--no-progress", default=None,
                         help="Show progress on stderr (default: when stderr is a terminal).")(f)
 
@@ -210,6 +217,28 @@ def _say_cache(ws, show: Progress) -> None:
         click.echo(f"specan: cache: {problem}", err=True)
 
 
+def _say_fetched(ws, show: Progress) -> None:
+    """The Spark engine: what came back goes to the profile; rejected rows left on the
+    cluster are said on stderr, always (the local rejected_rows holds examples only)."""
+    fetched = ws.fetched
+    if fetched is None:
+        return
+    show.fetched = dict(fetched.bytes)
+    if fetched.rejected_out is not None:
+        show(f"wrote {fetched.rejected_total:,} rejected rows to {fetched.rejected_out}")
+    elif fetched.rejected_total:
+        click.echo(f"specan: {fetched.rejected_total:,} rejected rows stayed on the cluster; rejected_rows here "
+                   f"holds up to {api.EXAMPLES_PER_REASON} per table and reason "
+                   "(--rejected-out URI writes them all)", err=True)
+
+
+def _rejected_out_option(f):
+    return click.option("--rejected-out", "rejected_out", default=None, metavar="URI",
+                        help="With --engine spark: the executors write every rejected row there as Parquet "
+                             "(a path or any URI Spark writes); only their counts and a few examples come "
+                             "back.")(f)
+
+
 def _engine_option(f):
     f = click.option("--spark-master", "spark_master", default=None, metavar="URL",
                      help="With --engine spark: the Spark master (local[4], yarn, k8s://HOST:PORT, "
@@ -267,10 +296,11 @@ _TRACES = click.argument("traces", type=str)
 @_TRACES
 @click.option("--strict", is_flag=True, help="Exit 1 when any row was rejected.")
 @_engine_option
+@_rejected_out_option
 @_memory_option
 @_progress_option
-def validate(traces: str, strict: bool, engine: str, spark_master: str | None, memory_limit: str,
-             temp_dir: Path | None, progress: bool | None) -> None:
+def validate(traces: str, strict: bool, engine: str, spark_master: str | None, rejected_out: str | None,
+             memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Check the structure of TRACES, apply the row rules, and print counts.
 
     Exit status: 0 valid (rejected rows are reported but allowed), 1 rejected
@@ -280,8 +310,10 @@ def validate(traces: str, strict: bool, engine: str, spark_master: str | None, m
     Example:
         specan validate sample_traces/ --strict
     """
-    ws = api.open_traces(traces, memory_limit=memory_limit, progress=_progress(progress), views=False,
-                         temp_dir=temp_dir, engine=engine, spark_master=spark_master)
+    show = _progress(progress)
+    ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, views=False,
+                         temp_dir=temp_dir, engine=engine, spark_master=spark_master, rejected_out=rejected_out)
+    _say_fetched(ws, show)
     try:
         click.echo(api.validation_text(ws), nl=False)
     finally:
@@ -301,13 +333,14 @@ def validate(traces: str, strict: bool, engine: str, spark_master: str | None, m
 @click.option("--check", is_flag=True, help="Exit 1 when a gate check blocks a speculative deployment.")
 @_by_option
 @_engine_option
+@_rejected_out_option
 @_repeat_n_option
 @_memory_option
 @_cache_option
 @_progress_option
 def report(traces: str, fmt: str, output: Path | None, config_path: Path | None, check: bool, by: tuple[str, ...],
-           engine: str, spark_master: str | None, repeat_n: int, memory_limit: str, temp_dir: Path | None,
-           progress: bool | None) -> None:
+           engine: str, spark_master: str | None, rejected_out: str | None, repeat_n: int, memory_limit: str,
+           temp_dir: Path | None, progress: bool | None) -> None:
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
     Markdown goes to stdout unless -o is given; progress goes to stderr. Gate
@@ -329,8 +362,9 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
     if output is not None:
         api.check_output(output)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir,
-                         engine=engine, spark_master=spark_master, by=by, cache=_cache())
+                         engine=engine, spark_master=spark_master, by=by, cache=_cache(), rejected_out=rejected_out)
     _say_cache(ws, show)
+    _say_fetched(ws, show)
     try:
         doc = api.report_document(ws, config=config, progress=show)
     finally:
@@ -432,10 +466,11 @@ def load(traces: str, db: Path | None, out: str | None, by: tuple[str, ...], eng
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @_by_option
 @_engine_option
+@_rejected_out_option
 @_memory_option
 @_progress_option
 def sql(args: tuple[str, ...], db: Path | None, fmt: str, by: tuple[str, ...], engine: str, spark_master: str | None,
-        memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
+        rejected_out: str | None, memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Run one SQL query against the clean tables and views.
 
     ARGS is `TRACES QUERY`, or just `QUERY` with --db. With --engine spark the query
@@ -456,9 +491,11 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, by: tuple[str, ...], e
     if db and by:
         raise click.UsageError("--by applies to TRACES; a database keeps the --by columns it was loaded with "
                                "(specan load --by)")
+    show = _progress(progress)
     ws = (api.open_database(db, memory_limit=memory_limit, temp_dir=temp_dir) if db else
-          api.open_traces(args[0], memory_limit=memory_limit, progress=_progress(progress), temp_dir=temp_dir,
-                          engine=engine, spark_master=spark_master, by=by))
+          api.open_traces(args[0], memory_limit=memory_limit, progress=show, temp_dir=temp_dir,
+                          engine=engine, spark_master=spark_master, by=by, rejected_out=rejected_out))
+    _say_fetched(ws, show)
     try:
         columns, rows = api.query(ws.con, args[-1])
     except duckdb.Error as exc:

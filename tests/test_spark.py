@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
@@ -131,7 +132,7 @@ def test_partitions_and_output_tokens_mismatch_on_spark(spark, tmp_path):
         ("r1", "pool=blue, region=eu"), ("r1", "pool=blue, region=us")]
 
 
-def dirty_traces(root: Path) -> Path:
+def dirty_traces(root: Path, extra_rounds=()) -> Path:
     """Every row rule broken at least once, and clean rows around them."""
     deployments = [deployment("a"), deployment("b", method="none", gamma=0),
                    deployment("c"), deployment("c", gamma=5)]                  # c: copies differ
@@ -149,7 +150,7 @@ def dirty_traces(root: Path) -> Path:
                round_row("a", "r1", 7, 4, 2, step_id=99),                       # unknown step
                round_row("a", "r1", 1, 4, 0, step_id=1),                        # duplicate round key
                {**round_row("a", "r1", 8, 4, 2, step_id=2), "num_draft_tokens": None}]   # null_required
-    rounds += [round_row("b", "q1", i, 0, 0, step_id=i) for i in range(4)]
+    rounds += [round_row("b", "q1", i, 0, 0, step_id=i) for i in range(4)] + list(extra_rounds)
     return write_traces(root, deployments=deployments, requests=requests, steps=steps, rounds=rounds)
 
 
@@ -162,6 +163,37 @@ def test_dirty_traces_reject_the_same_rows_and_report_the_same(spark, tmp_path):
     spark_doc, spark_rows = document_and_rejected(traces, "spark")
     assert spark_rows == duck_rows
     assert differences(duck_doc, spark_doc) == []
+
+
+def test_rejected_rows_are_written_by_the_executors_and_only_examples_come_back(spark, tmp_path):
+    # 40 more rounds of unknown requests: 45 rejected rounds in all; the driver gets the
+    # counts and 3 examples per (table, reason), the executors write every row
+    traces = dirty_traces(tmp_path / "traces", [round_row("a", f"gone-{i:02}", 0, 4, 1, step_id=1)
+                                                for i in range(40)])
+    duck_doc, duck_rows = document_and_rejected(traces, "duckdb")
+    out = tmp_path / "rejected"
+    ws = api.open_traces(traces, engine="spark", rejected_out=str(out))
+    try:
+        assert differences(duck_doc, json.loads(api.to_json(api.report_document(ws)))) == []
+        here = ws.con.execute("select table_name, reason, count(*) from rejected_rows group by all order by all").fetchall()
+        fetched = ws.fetched
+    finally:
+        ws.close()
+    per_reason = {}
+    for table, _key, reason in duck_rows:
+        per_reason[(table, reason)] = per_reason.get((table, reason), 0) + 1
+    assert per_reason[("rounds", "unknown_request")] == 41
+    assert here == [(t, r, min(n, 3)) for (t, r), n in sorted(per_reason.items())]
+    assert fetched.rejected_total == len(duck_rows) and fetched.rows["rejected_rows"] == sum(n for *_, n in here)
+    written = duckdb.sql(f"select table_name, row_key, reason from read_parquet('{out}/*.parquet') "
+                         "order by all").fetchall()
+    assert written == duck_rows
+    # without --rejected-out the CLI says where the other rows are (on stderr: stdout is the report)
+    result = CliRunner().invoke(main, ["report", str(traces), "--engine", "spark", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert (f"specan: {len(duck_rows)} rejected rows stayed on the cluster; rejected_rows here holds up to 3 "
+            "per table and reason (--rejected-out URI writes them all)") in result.stderr
+    assert json.loads(result.stdout)["input"]["rejected_rows"] == len(duck_rows)
 
 
 def partitioned_traces(root: Path) -> Path:
@@ -257,11 +289,12 @@ def test_validate_and_sql_on_spark(spark, tmp_path):
     duck = runner.invoke(main, ["validate", str(traces)])
     on_spark = runner.invoke(main, ["validate", str(traces), "--engine", "spark"])
     assert (duck.exit_code, on_spark.exit_code) == (0, 0)
-    assert on_spark.output == duck.output
+    assert on_spark.stdout == duck.stdout
+    assert on_spark.stderr.startswith("specan: 17 rejected rows stayed on the cluster;")
     query = "select deployment_id, num_requests, mean_accept_length from accept_length order by 1"
     duck = runner.invoke(main, ["sql", str(traces), query, "--format", "csv"])
     on_spark = runner.invoke(main, ["sql", str(traces), query, "--format", "csv", "--engine", "spark"])
-    assert on_spark.exit_code == 0 and on_spark.output == duck.output
+    assert on_spark.exit_code == 0 and on_spark.stdout == duck.output
 
 
 def test_a_uri_needs_the_spark_engine(tmp_path):
@@ -303,8 +336,9 @@ def test_spark_rejects_the_rows_each_rule_names(spark, tmp_path, table, reason, 
     want = sorted((t, key, other[0] if other else reason) for t, key, *other in expected)
     from analyzer.spark import validate
 
-    _summary, rejected = validate(str(traces))
-    assert sorted(tuple(r.values()) for r in rejected.to_pylist()) == want
+    validate(str(traces), rejected_out=str(tmp_path / "rejected"))     # every rejected row, as the executors wrote it
+    rejected = duckdb.sql(f"select table_name, row_key, reason from read_parquet('{tmp_path}/rejected/*.parquet')")
+    assert sorted(rejected.fetchall()) == want
 
 
 def test_deployment_versions_and_conflicts_on_spark(spark, tmp_path):

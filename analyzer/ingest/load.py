@@ -805,8 +805,11 @@ def read_summary(con: duckdb.DuckDBPyConnection) -> LoadSummary:
         raise StructuralError(None, "trace_tables", None,
                               "not a specan database: run `specan load TRACES --db FILE` first") from None
     rejected: dict[str, dict[str, int]] = {t: {} for t, *_ in meta}
+    # reduced traces bring back a few rejected rows per reason and the counts of all of them
+    counted = "rejected_counts" if _has_relation(con, "rejected_counts") else \
+        "(select table_name, reason, count(*) as num_rows from rejected_rows group by all)"
     for table, reason, n in con.execute(
-            "select table_name, reason, count(*) from rejected_rows group by all order by all").fetchall():
+            f"select table_name, reason, num_rows from {counted} order by all").fetchall():
         rejected.setdefault(table, {})[reason] = n
     return LoadSummary(
         rows_read={t: r for t, _, r, _ in meta},
@@ -814,3 +817,8 @@ def read_summary(con: duckdb.DuckDBPyConnection) -> LoadSummary:
         present={t: p for t, p, _, _ in meta},
         rejected=rejected,
     )
+
+
+def _has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """A table or view of that name, temporary ones included."""
+    return con.execute("select count(*) from information_schema.tables where table_name = ?", [name]).fetchone()[0] > 0

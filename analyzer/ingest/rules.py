@@ -445,6 +445,19 @@ def rejected_sql(schema: TableSchema, plan: TablePlan, inputs: RuleInputs) -> st
             f"from (\n{classification_sql(schema, plan, inputs, row_ids=True)}\n) where _reason is not null")
 
 
+# Rejected rows shown per (table, reason) by `validate`, and all a scale-out engine brings back.
+EXAMPLES_PER_REASON = 3
+
+
+def rejected_examples_sql(relation: str, per_reason: int = EXAMPLES_PER_REASON) -> str:
+    """The first ``per_reason`` rejected rows of each (table, reason) by row key: what a
+    scale-out engine brings back of its rejected rows (their counts come with the load)."""
+    return (f"select table_name, row_key, reason from (\n"
+            f"    select table_name, row_key, reason,\n"
+            f"        row_number() over (partition by table_name, reason order by row_key) as n\n"
+            f"    from {relation}\n) as ranked where n <= {int(per_reason)}")
+
+
 def parents_as_read_sql(table: str) -> str:
     """A parent table as read, once it is clean: its clean rows and the copies of its rejected ones."""
     return f"(select * from {table} union all by name select * from _rejected_copy_{table})"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import duckdb
 
 from ..ingest.load import LoadSummary
+from ..ingest.rules import EXAMPLES_PER_REASON
 from ..ingest.schema import TABLE_ORDER
-
-EXAMPLES_PER_REASON = 3
 
 
 def rejected_examples(con: duckdb.DuckDBPyConnection, per_reason: int = EXAMPLES_PER_REASON) -> dict:

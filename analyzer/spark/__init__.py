@@ -14,9 +14,12 @@ own code over the reduced tables: ``analyzer.api.open_reduced``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from ..analysis import portable
+from ..ingest import rules
 from ..ingest.load import LoadSummary, with_hashed_fallback
 from . import heavy
 from .load import is_uri, load_on_spark
@@ -26,14 +29,52 @@ Progress = Callable[[str], None]
 
 MANIFEST = heavy.MANIFEST
 
+@dataclass
+class Fetched:
+    """What came back to the driver: Arrow bytes and rows per table (``--profile``), and
+    where the rejected rows went (None: they stayed on the cluster, a few examples came back)."""
+
+    bytes: dict[str, int] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    rejected_out: str | None = None
+    rejected_total: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes.values())
+
+
+def _rejected_back(spark, summary: LoadSummary, rejected_out: str | None, progress: Progress | None
+                   ) -> dict[str, pa.Table]:
+    """The rejected rows the driver gets: their counts per (table, reason), from the load,
+    and the first ``rules.EXAMPLES_PER_REASON`` of each by row key. With ``rejected_out`` the
+    executors write every rejected row there as Parquet first."""
+    if rejected_out is not None:
+        heavy.write_frame(spark.table("rejected_rows"), rejected_out, progress)
+    examples = heavy.collect(spark.sql(portable.spark_sql(
+        rules.rejected_examples_sql("rejected_rows"))), "rejected_rows", progress)
+    counts = [(t, r, n) for t, by_reason in sorted(summary.rejected.items()) for r, n in sorted(by_reason.items())]
+    counted = pa.table({"table_name": pa.array([t for t, _, _ in counts], pa.string()),
+                        "reason": pa.array([r for _, r, _ in counts], pa.string()),
+                        "num_rows": pa.array([n for _, _, n in counts], pa.int64())})
+    return {"rejected_rows": examples, "rejected_counts": counted}
+
 
 def validate(traces: str, *, master: str | None = None, date: str | None = None,
-             progress: Progress | None = None) -> tuple[LoadSummary, pa.Table]:
-    """Load on Spark and apply the row rules: the summary and the rejected rows."""
+             progress: Progress | None = None, rejected_out: str | None = None
+             ) -> tuple[LoadSummary, dict[str, pa.Table], Fetched]:
+    """Load on Spark and apply the row rules: the summary, and what comes back of the
+    rejected rows (``_rejected_back``)."""
     spark = spark_session(master)
     summary = with_hashed_fallback(lambda hashed: load_on_spark(
         spark, traces, date=date, progress=progress, hashed_links=hashed), lambda summary: summary, progress)
-    return summary, spark.table("rejected_rows").toArrow()
+    tables = _rejected_back(spark, summary, rejected_out, progress)
+    return summary, tables, _fetched(tables, summary, rejected_out)
+
+
+def _fetched(tables: dict[str, pa.Table], summary: LoadSummary, rejected_out: str | None) -> Fetched:
+    return Fetched({n: t.nbytes for n, t in tables.items()}, {n: t.num_rows for n, t in tables.items()},
+                   rejected_out, summary.rejected_total)
 
 
 def _load_and_reduce(spark, traces: str, date: str | None, progress: Progress | None):
@@ -47,11 +88,16 @@ def _load_and_reduce(spark, traces: str, date: str | None, progress: Progress | 
 
 
 def reduce_traces(traces: str, *, master: str | None = None, date: str | None = None,
-                  progress: Progress | None = None) -> tuple[dict[str, pa.Table], LoadSummary]:
-    """The heavy pass on Spark; the reduced tables on the driver, as Arrow."""
+                  progress: Progress | None = None, rejected_out: str | None = None
+                  ) -> tuple[dict[str, pa.Table], LoadSummary, Fetched]:
+    """The heavy pass on Spark; the reduced tables on the driver, as Arrow. Of the
+    rejected rows only their counts and a few examples come back (``_rejected_back``)."""
     spark = spark_session(master)
     summary, frames = _load_and_reduce(spark, traces, date, progress)
-    return heavy.fetch(frames, progress), summary
+    del frames["rejected_rows"]
+    tables = heavy.fetch(frames, progress)
+    tables.update(_rejected_back(spark, summary, rejected_out, progress))
+    return tables, summary, _fetched(tables, summary, rejected_out)
 
 
 def write_reduced(traces: str, out: str, *, master: str | None = None, date: str | None = None,
@@ -63,4 +109,4 @@ def write_reduced(traces: str, out: str, *, master: str | None = None, date: str
     return summary, rows
 
 
-__all__ = ["MANIFEST", "is_uri", "reduce_traces", "spark_session", "validate", "write_reduced"]
+__all__ = ["Fetched", "MANIFEST", "is_uri", "reduce_traces", "spark_session", "validate", "write_reduced"]

@@ -83,12 +83,14 @@ def reduced_frames(spark, summary: LoadSummary, progress: Progress | None = None
 
 def fetch(frames: dict, progress: Progress | None = None) -> dict[str, pa.Table]:
     """The reduced tables on the driver, as Arrow, with timestamps as DuckDB's TIMESTAMP."""
-    say = progress or (lambda _msg: None)
-    tables = {}
-    for name, frame in frames.items():
-        say(f"bringing back {name}")
-        tables[name] = _naive_timestamps(frame.toArrow())
-    return tables
+    return {name: collect(frame, name, progress) for name, frame in frames.items()}
+
+
+def collect(frame, name: str, progress: Progress | None = None) -> pa.Table:
+    """One reduced table on the driver, as Arrow."""
+    if progress:
+        progress(f"bringing back {name}")
+    return _naive_timestamps(frame.toArrow())
 
 
 def _naive_timestamps(table: pa.Table) -> pa.Table:
@@ -101,21 +103,27 @@ def _naive_timestamps(table: pa.Table) -> pa.Table:
 def write(spark, frames: dict, out: str, summary: LoadSummary, progress: Progress | None = None) -> dict[str, int]:
     """Write the reduced tables under ``out`` (one Parquet folder each) and the manifest
     last, so a directory with a manifest is complete. Returns rows written per table."""
-    say = progress or (lambda _msg: None)
     base = out.rstrip("/")
     _delete(spark, f"{base}/{MANIFEST}")    # an earlier run's: DIR is incomplete until the new one
     rows = {}
     for name, frame in frames.items():
-        say(f"writing {name}")
-        try:
-            frame.write.mode("overwrite").parquet(f"{base}/{name}")
-        except Exception as exc:
-            raise EnvironmentProblem(f"cannot write {base}/{name}: {first_line(exc)}") from None
-        rows[name] = spark.read.parquet(f"{base}/{name}").count()
+        rows[name] = write_frame(frame, f"{base}/{name}", progress)
     manifest = {"format": "specan-reduced", "version": FORMAT_VERSION, "tables": sorted(frames),
                 "notes": summary.notes, "rows": rows}
     _write_text(spark, f"{base}/{MANIFEST}", json.dumps(manifest, indent=2) + "\n")
     return rows
+
+
+def write_frame(frame, uri: str, progress: Progress | None = None) -> int:
+    """``frame`` written by the executors as Parquet at ``uri`` (replaced); its rows, counted
+    from what was written."""
+    if progress:
+        progress(f"writing {uri}")
+    try:
+        frame.write.mode("overwrite").parquet(uri)
+    except Exception as exc:
+        raise EnvironmentProblem(f"cannot write {uri}: {first_line(exc)}") from None
+    return frame.sparkSession.read.parquet(uri).count()
 
 
 def _delete(spark, uri: str) -> None:
