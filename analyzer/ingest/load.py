@@ -173,15 +173,21 @@ _KNOWN_ENTRIES = {"import_notes"}
 
 def unknown_entries(traces: Path) -> list[str]:
     """A note for each entry of TRACES that is not a table, naming the closest table."""
+    return entry_notes(str(traces), ((e.name, e.is_dir()) for e in Path(traces).iterdir()))
+
+
+def entry_notes(traces: str, entries) -> list[str]:
+    """``unknown_entries`` for the ``(name, is_folder)`` entries of ``traces``, however
+    they were listed (the Spark engine lists a URI through Hadoop's FileSystem)."""
     names = set(TABLE_ORDER) | {f"{t}.parquet" for t in TABLE_ORDER} | _KNOWN_ENTRIES
     notes = []
-    for entry in sorted(Path(traces).iterdir()):
-        if entry.name in names or entry.name.startswith((".", "_")) or entry.suffix.lower() in (".md", ".txt"):
+    for name, is_dir in sorted(entries):
+        if name in names or name.startswith((".", "_")) or Path(name).suffix.lower() in (".md", ".txt"):
             continue
-        stem = entry.name.removesuffix(".parquet")
+        stem = name.removesuffix(".parquet")
         close = difflib.get_close_matches(stem, TABLE_ORDER, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}{'/' if entry.is_dir() else '.parquet'}?" if close else ""
-        notes.append(f"{entry.name}{'/' if entry.is_dir() else ''} in {traces} is not a trace table "
+        hint = f"; did you mean {close[0]}{'/' if is_dir else '.parquet'}?" if close else ""
+        notes.append(f"{name}{'/' if is_dir else ''} in {traces} is not a trace table "
                      f"and was not read{hint}")
     return notes
 
