@@ -102,3 +102,25 @@ def test_a_uri_gives_the_notes_and_document_a_path_gives(spark, tmp_path):
     assert any("llamacpp: 2 lines skipped" in n for n in notes)
     assert [str(n) for n in as_uri["notes"]] == [n.replace(str(traces), uri) for n in notes]
     assert differences(as_path, {**as_uri, "notes": as_path["notes"]}) == []
+
+
+def test_an_uncastable_value_under_a_uri_names_the_first_file_as_duckdb_does(spark, tmp_path):
+    # one Spark job over the three files, not one per file: the first offending one by path
+    from click.testing import CliRunner
+
+    from analyzer.cli import main
+    from tracebuilder import write_table
+
+    write_traces(tmp_path, deployments=[deployment("a")], requests=[request("a", "r1")], steps=[step("a", 0)])
+    good = [round_row("a", "r1", 0, 4, 2, step_id=0)]
+    bad = [{**good[0], "num_draft_tokens": "four"}]
+    for part, rows in (("part=0", good), ("part=1", bad), ("part=2", bad)):
+        write_table(tmp_path, "rounds", {part: [{**r, "num_draft_tokens": str(r["num_draft_tokens"])} for r in rows]},
+                    types={"num_draft_tokens": pa.string()})
+    runner = CliRunner()
+    duck = runner.invoke(main, ["validate", str(tmp_path)])
+    on_spark = runner.invoke(main, ["validate", f"file://{tmp_path}", "--engine", "spark"])
+    assert (duck.exit_code, on_spark.exit_code) == (2, 2)
+    assert f"{tmp_path}/rounds/part=1/part-0.parquet: table rounds, column num_draft_tokens: expected INTEGER" \
+        in duck.output
+    assert on_spark.output == duck.output.replace(str(tmp_path), f"file://{tmp_path}")

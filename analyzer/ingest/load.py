@@ -221,9 +221,15 @@ def check_structure(con: duckdb.DuckDBPyConnection | None, found: dict[str, Tabl
                     cast_check: Callable | None = None) -> None:
     """Raise StructuralError for a missing table or column, or an uncastable value.
 
-    ``cast_check(path, table, column, declared, arrow_type)`` looks for an uncastable
-    value in one file (default: DuckDB on ``con``; the Spark engine passes its own)."""
-    cast_check = cast_check or (lambda *args: _check_cast(con, *args))
+    ``cast_check(paths, table, column, declared, arrow_type)`` raises for the first file
+    of ``paths`` (the files whose column has that type, in path order) holding an
+    uncastable value (default: DuckDB on ``con``, file by file; the Spark engine passes
+    one job over them all). The missing columns of every file are checked first."""
+    def each_file(paths, *args):
+        for path in paths:
+            _check_cast(con, path, *args)
+
+    cast_check = cast_check or each_file
     schemas = load_schemas()
     for table, entry in found.items():
         schema = schemas[table]
@@ -237,13 +243,15 @@ def check_structure(con: duckdb.DuckDBPyConnection | None, found: dict[str, Tabl
             for column in schema.required_columns:
                 if column not in have:
                     raise StructuralError(path, table, column, "required column is missing")
-            arrow = entry.file_schemas[path]
-            for column in schema.columns:
-                if column.name not in arrow.names:
-                    continue
-                arrow_type = arrow.field(column.name).type
-                if not _always_castable(arrow_type, column.type):
-                    cast_check(path, table, column.name, column.type, arrow_type)
+        for column in schema.columns:
+            by_type: dict[str, tuple[pa.DataType, list]] = {}
+            for path in entry.files:
+                arrow = entry.file_schemas[path]
+                if column.name in arrow.names and not _always_castable(arrow.field(column.name).type, column.type):
+                    arrow_type = arrow.field(column.name).type
+                    by_type.setdefault(str(arrow_type), (arrow_type, []))[1].append(path)
+            for arrow_type, paths in by_type.values():
+                cast_check(paths, table, column.name, column.type, arrow_type)
 
 
 def _check_cast(con, path: Path, table: str, column: str, declared: str, arrow_type: pa.DataType) -> None:

@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlparse
 
 import duckdb
 import pyarrow as pa
@@ -332,18 +333,23 @@ def _footer_schemas(spark, statuses: list) -> list:
         return list(pool.map(read, statuses))
 
 
-def _spark_cast_check(spark, path: str, table: str, column: str, declared: str, arrow_type) -> None:
-    """``ingest.load``'s uncastable-value check, as Spark SQL over one file."""
+def _spark_cast_check(spark, paths: list[str], table: str, column: str, declared: str, arrow_type) -> None:
+    """``ingest.load``'s uncastable-value check, as one Spark job over ``paths``: the
+    first offending file by path, as the DuckDB engine's file-by-file check finds it."""
     view = "_specan_cast_check"
-    spark.read.parquet(path).createOrReplaceTempView(view)
-    sql = rules.uncastable_value_sql(column, declared).replace("read_parquet(?)", view)
+    spark.read.parquet(*[qualified(p) for p in paths]).selectExpr(
+        f"`{column}`", "_metadata.file_path as _specan_file").createOrReplaceTempView(view)
+    sql = rules.uncastable_value_sql(column, declared, file_column="_specan_file").replace("read_parquet(?)", view)
     try:
         bad = spark.sql(portable.spark_sql(sql)).collect()
     except Exception as exc:
-        raise StructuralError(path, table, column,
+        raise StructuralError(paths[0], table, column,
                               f"expected {declared}, found {arrow_type} ({first_line(exc)})") from None
     if bad:
-        raise uncastable(path, table, column, declared, arrow_type, bad[0][0])
+        value, file = bad[0]
+        # Spark may spell the URI otherwise (file:/x for file:///x): the path names the file
+        named = next((p for p in paths if urlparse(str(p)).path == urlparse(file).path), file)
+        raise uncastable(named, table, column, declared, arrow_type, value)
 
 
 # ----------------------------------------------------------------------------- metadata
