@@ -173,15 +173,21 @@ _KNOWN_ENTRIES = {"import_notes"}
 
 def unknown_entries(traces: Path) -> list[str]:
     """A note for each entry of TRACES that is not a table, naming the closest table."""
+    return entry_notes(str(traces), ((e.name, e.is_dir()) for e in Path(traces).iterdir()))
+
+
+def entry_notes(traces: str, entries) -> list[str]:
+    """``unknown_entries`` for the ``(name, is_folder)`` entries of ``traces``, however
+    they were listed (the Spark engine lists a URI through Hadoop's FileSystem)."""
     names = set(TABLE_ORDER) | {f"{t}.parquet" for t in TABLE_ORDER} | _KNOWN_ENTRIES
     notes = []
-    for entry in sorted(Path(traces).iterdir()):
-        if entry.name in names or entry.name.startswith((".", "_")) or entry.suffix.lower() in (".md", ".txt"):
+    for name, is_dir in sorted(entries):
+        if name in names or name.startswith((".", "_")) or Path(name).suffix.lower() in (".md", ".txt"):
             continue
-        stem = entry.name.removesuffix(".parquet")
+        stem = name.removesuffix(".parquet")
         close = difflib.get_close_matches(stem, TABLE_ORDER, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}{'/' if entry.is_dir() else '.parquet'}?" if close else ""
-        notes.append(f"{entry.name}{'/' if entry.is_dir() else ''} in {traces} is not a trace table "
+        hint = f"; did you mean {close[0]}{'/' if is_dir else '.parquet'}?" if close else ""
+        notes.append(f"{name}{'/' if is_dir else ''} in {traces} is not a trace table "
                      f"and was not read{hint}")
     return notes
 
@@ -215,9 +221,15 @@ def check_structure(con: duckdb.DuckDBPyConnection | None, found: dict[str, Tabl
                     cast_check: Callable | None = None) -> None:
     """Raise StructuralError for a missing table or column, or an uncastable value.
 
-    ``cast_check(path, table, column, declared, arrow_type)`` looks for an uncastable
-    value in one file (default: DuckDB on ``con``; the Spark engine passes its own)."""
-    cast_check = cast_check or (lambda *args: _check_cast(con, *args))
+    ``cast_check(paths, table, column, declared, arrow_type)`` raises for the first file
+    of ``paths`` (the files whose column has that type, in path order) holding an
+    uncastable value (default: DuckDB on ``con``, file by file; the Spark engine passes
+    one job over them all). The missing columns of every file are checked first."""
+    def each_file(paths, *args):
+        for path in paths:
+            _check_cast(con, path, *args)
+
+    cast_check = cast_check or each_file
     schemas = load_schemas()
     for table, entry in found.items():
         schema = schemas[table]
@@ -231,13 +243,15 @@ def check_structure(con: duckdb.DuckDBPyConnection | None, found: dict[str, Tabl
             for column in schema.required_columns:
                 if column not in have:
                     raise StructuralError(path, table, column, "required column is missing")
-            arrow = entry.file_schemas[path]
-            for column in schema.columns:
-                if column.name not in arrow.names:
-                    continue
-                arrow_type = arrow.field(column.name).type
-                if not _always_castable(arrow_type, column.type):
-                    cast_check(path, table, column.name, column.type, arrow_type)
+        for column in schema.columns:
+            by_type: dict[str, tuple[pa.DataType, list]] = {}
+            for path in entry.files:
+                arrow = entry.file_schemas[path]
+                if column.name in arrow.names and not _always_castable(arrow.field(column.name).type, column.type):
+                    arrow_type = arrow.field(column.name).type
+                    by_type.setdefault(str(arrow_type), (arrow_type, []))[1].append(path)
+            for arrow_type, paths in by_type.values():
+                cast_check(paths, table, column.name, column.type, arrow_type)
 
 
 def _check_cast(con, path: Path, table: str, column: str, declared: str, arrow_type: pa.DataType) -> None:

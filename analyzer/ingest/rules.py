@@ -111,15 +111,17 @@ def _file_list(files: tuple[str, ...]) -> str:
 # --------------------------------------------------------------------------- structure
 
 
-def uncastable_value_sql(column: str, declared: str) -> str:
-    """One value of ``column`` in the file given as parameter that does not fit ``declared``."""
+def uncastable_value_sql(column: str, declared: str, file_column: str | None = None) -> str:
+    """One value of ``column`` in the file given as parameter that does not fit ``declared``;
+    with ``file_column`` (over many files), that value and the first file holding one."""
     target = DECLARED_TO_DUCKDB[declared]
     c = q(column)
+    file, first = (f", {q(file_column)}", f" order by {q(file_column)}") if file_column else ("", "")
     if declared == "TIMESTAMP":
         # only a text column gets here (a timestamp or date always converts): it must be ISO-8601
-        return (f"select cast({c} as varchar) from read_parquet(?) where {c} is not null and "
+        return (f"select cast({c} as varchar){file} from read_parquet(?) where {c} is not null and "
                 f"(not regexp_matches(cast({c} as varchar), {lit(ISO_8601)}) "
-                f"or try_cast(cast({c} as varchar) as timestamptz) is null) limit 1")
+                f"or try_cast(cast({c} as varchar) as timestamptz) is null){first} limit 1")
     lossy = ""
     # A count stored as 3.5 would be silently rounded by a cast.
     if declared in ("INTEGER", "BIGINT"):
@@ -127,8 +129,8 @@ def uncastable_value_sql(column: str, declared: str) -> str:
     elif declared in ("INTEGER[]", "BIGINT[]"):
         element = "integer" if declared == "INTEGER[]" else "bigint"
         lossy = (f" or len(list_filter({c}, lambda x: try_cast(x as double) <> try_cast(x as {element}))) > 0")
-    return (f"select cast({c} as varchar) from read_parquet(?) "
-            f"where {c} is not null and (try_cast({c} as {target}) is null{lossy}) limit 1")
+    return (f"select cast({c} as varchar){file} from read_parquet(?) "
+            f"where {c} is not null and (try_cast({c} as {target}) is null{lossy}){first} limit 1")
 
 
 # --------------------------------------------------------------------------- raw tables

@@ -18,9 +18,11 @@ The clean tables end as temporary views of the session, named as in DuckDB.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlparse
 
 import duckdb
 import pyarrow as pa
@@ -29,7 +31,7 @@ from ..analysis import portable
 from ..errors import EnvironmentProblem, InputProblem, InternalError, first_line
 from ..ingest import rules
 from ..ingest.load import (DEPENDENT_TABLES, LoadSummary, StructuralError, TableFiles, check_structure, discover,
-                           link_key_checks, partition_values, rows_without_uid_sql, table_plan, uncastable,
+                           entry_notes, link_key_checks, partition_values, rows_without_uid_sql, table_plan, uncastable,
                            unknown_entries, unreadable_file, written_links)
 from ..ingest.schema import TABLE_ORDER, load_schemas
 
@@ -53,7 +55,7 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None, progres
     if is_uri(traces):
         found = _discover_uri(spark, traces, date, say)
         check_structure(None, found, cast_check=lambda *a: _spark_cast_check(spark, *a))
-        notes: list[str] = []
+        notes = entry_notes(traces, [(str(s.getPath().getName()), s.isDirectory()) for s in _listing(spark, traces)])
     else:
         found = discover(Path(traces), date=date)
         say("checking structure")
@@ -174,17 +176,15 @@ def _sql(spark, text: str, entry: TableFiles):
 def _register_files(spark, traces: str, entry: TableFiles) -> str | None:
     """A temporary view of the table's files unioned by name (None: no files).
 
-    Files with the same footer are read together; groups are unioned by name, so a
-    column missing from some files is null there, as DuckDB's union_by_name reads it.
+    Each group of ``read_groups`` is one read; groups are unioned by name, so a column
+    missing from some files is null there, as DuckDB's union_by_name reads it.
     """
-    if not entry.files:
+    groups = read_groups(entry)
+    if not groups:
         return None
-    groups: dict[str, list] = {}
-    for path in entry.files:
-        groups.setdefault(str(entry.file_schemas[path]), []).append(str(path))
     root = _table_root(traces, entry)
     frame = None
-    for paths in groups.values():
+    for paths in groups:
         reader = spark.read
         if root is not None:
             reader = reader.option("basePath", root)
@@ -198,11 +198,35 @@ def _register_files(spark, traces: str, entry: TableFiles) -> str | None:
     return name
 
 
+def read_groups(entry: TableFiles) -> list[list[str]]:
+    """The table's files as Spark reads them: qualified (``qualified``), in groups of the
+    same columns and types, one ``spark.read.parquet`` each."""
+    groups: dict[tuple, list[str]] = {}
+    for path in entry.files:
+        groups.setdefault(columns_and_types(entry.file_schemas[path]), []).append(qualified(path))
+    return list(groups.values())
+
+
+def columns_and_types(schema: pa.Schema) -> tuple:
+    """What decides whether files can be read together: the columns and their types, not
+    the key-value metadata (pandas stores each file's row count there)."""
+    return tuple((f.name, str(f.type)) for f in schema)
+
+
+def qualified(path: str | Path) -> str:
+    """``path`` as a URI the executors resolve alike: an unqualified path would resolve
+    against fs.defaultFS (HDFS on YARN), not the driver's disk. Not ``Path.as_uri()``:
+    Hadoop's Path reads the text unescaped, so %20 would name a file called %20."""
+    if is_uri(path):
+        return str(path)
+    return "file://" + str(Path(path).absolute())
+
+
 def _table_root(traces: str, entry: TableFiles) -> str | None:
     """The folder partitions are read below (``TRACES/<table>``), or None for one file."""
     if not entry.partitions:
         return None
-    return f"{traces.rstrip('/')}/{entry.table}"
+    return f"{qualified(traces).rstrip('/')}/{entry.table}"
 
 
 # ----------------------------------------------------------------------------- URIs
@@ -210,9 +234,13 @@ def _table_root(traces: str, entry: TableFiles) -> str | None:
 
 def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[str, TableFiles]:
     """``ingest.load.discover`` for a URI: the files listed by Hadoop's FileSystem (so
-    object storage uses Spark's own credentials), each footer read by Spark."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    object storage uses Spark's own credentials), their footers read by ``_footer_schemas``.
 
+    The listing is ``FileSystem.listFiles(folder, recursive)``, not the file index of
+    ``spark.read.parquet(folder)``: on an object store it is one flat, paged listing of
+    the prefix (no request per partition folder), it needs no valid Spark partition
+    layout (the structure checks give their own messages), and its statuses carry each
+    file's length, so reading a footer costs no extra request."""
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     root = jvm.org.apache.hadoop.fs.Path(traces)
@@ -230,19 +258,20 @@ def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[s
         single = jvm.org.apache.hadoop.fs.Path(f"{base}/{table}.parquet")
         folder = jvm.org.apache.hadoop.fs.Path(f"{base}/{table}")
         paths: list[str] = []
+        statuses = {}
         if fs.exists(single) and fs.exists(folder):
             raise StructuralError(traces, table, None,
                                   f"both {table}.parquet and {table}/ exist; expected one of them")
         if fs.exists(single) and fs.getFileStatus(single).isFile():
             paths = [str(single.toUri())]
+            statuses[paths[0]] = fs.getFileStatus(single)
             entry.file_partitions[paths[0]] = {}
         elif fs.exists(folder):
-            listing = fs.listFiles(folder, True)
-            while listing.hasNext():
-                status = listing.next()
+            for status in _listing(spark, str(folder.toUri()), recursive=True):
                 uri = str(status.getPath().toUri())
                 if uri.endswith(".parquet") and not status.getPath().getName().startswith(("_", ".")):
                     paths.append(uri)
+                    statuses[uri] = status
             paths.sort()
             prefix = str(folder.toUri()).rstrip("/") + "/"
             for path in paths:
@@ -254,20 +283,15 @@ def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[s
                 raise StructuralError(f"{base}/{table}", table, None, f"no partition date={date}")
         if paths:
             say(f"reading the footers of {len(paths)} {table} file{'s' if len(paths) != 1 else ''}")
-        for path in paths:
-            try:
-                schema = spark.read.parquet(path).schema
-                entry.file_schemas[path] = to_arrow_schema(schema, timezone="UTC")
-            except Exception as exc:
-                raise StructuralError(path, table, None, f"not readable Parquet ({first_line(exc)})") from None
+        schemas = _footer_schemas(spark, [statuses[p] for p in paths])
+        for path, schema in zip(paths, schemas):
+            if isinstance(schema, Exception):
+                raise StructuralError(path, table, None, f"not readable Parquet ({first_line(schema)})")
+            entry.file_schemas[path] = schema
             entry.files.append(path)
             for key in entry.file_partitions[path]:
                 if key not in entry.partitions:
                     entry.partitions.append(key)
-        # a file's own schema, without the partition columns Spark appended from its path
-        for path in entry.files:
-            names = [n for n in entry.file_schemas[path].names if n not in entry.file_partitions[path]]
-            entry.file_schemas[path] = pa.schema([entry.file_schemas[path].field(n) for n in names])
         found[table] = entry
     if date is not None and not any("date" in p for e in found.values() for p in e.file_partitions.values()):
         raise InputProblem(f"{traces}: no table is partitioned by date= (folders such as rounds/date={date}/), "
@@ -275,18 +299,57 @@ def _discover_uri(spark, traces: str, date: str | None, say: Progress) -> dict[s
     return found
 
 
-def _spark_cast_check(spark, path: str, table: str, column: str, declared: str, arrow_type) -> None:
-    """``ingest.load``'s uncastable-value check, as Spark SQL over one file."""
+def _footer_schemas(spark, statuses: list) -> list:
+    """Each file's schema (Arrow, as Spark reads the file), or the exception reading its
+    footer raised. The footers are read by the JVM's parquet-hadoop, on the driver, from
+    a pool of threads: no Spark job per file (each one cost 0.1-0.9 s), and object-store
+    latency is overlapped. Spark's own converter (with the session's settings, and the
+    schema Spark wrote into its own files) decides the types, as ``spark.read`` would."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    parquet = jvm.org.apache.spark.sql.execution.datasources.parquet
+    converter = parquet.ParquetToSparkSchemaConverter(spark._jsparkSession.sessionState().conf())
+    no_filter = jvm.org.apache.parquet.format.converter.ParquetMetadataConverter.NO_FILTER
+
+    def read(status):
+        try:
+            meta = jvm.org.apache.parquet.hadoop.ParquetFileReader.readFooter(conf, status, no_filter)
+            footer = jvm.org.apache.parquet.hadoop.Footer(status.getPath(), meta)
+            struct = StructType.fromJson(json.loads(parquet.ParquetFileFormat.readSchemaFromFooter(
+                footer, converter).json()))
+            return to_arrow_schema(struct, timezone="UTC")
+        except Exception as exc:     # py4j's error: the JVM's own message says what is wrong
+            java = getattr(exc, "java_exception", None)
+            return RuntimeError(str(java.getMessage())) if java is not None else exc
+
+    if not statuses:
+        return []
+    with ThreadPoolExecutor(min(16, len(statuses))) as pool:
+        return list(pool.map(read, statuses))
+
+
+def _spark_cast_check(spark, paths: list[str], table: str, column: str, declared: str, arrow_type) -> None:
+    """``ingest.load``'s uncastable-value check, as one Spark job over ``paths``: the
+    first offending file by path, as the DuckDB engine's file-by-file check finds it."""
     view = "_specan_cast_check"
-    spark.read.parquet(path).createOrReplaceTempView(view)
-    sql = rules.uncastable_value_sql(column, declared).replace("read_parquet(?)", view)
+    spark.read.parquet(*[qualified(p) for p in paths]).selectExpr(
+        f"`{column}`", "_metadata.file_path as _specan_file").createOrReplaceTempView(view)
+    sql = rules.uncastable_value_sql(column, declared, file_column="_specan_file").replace("read_parquet(?)", view)
     try:
         bad = spark.sql(portable.spark_sql(sql)).collect()
     except Exception as exc:
-        raise StructuralError(path, table, column,
+        raise StructuralError(paths[0], table, column,
                               f"expected {declared}, found {arrow_type} ({first_line(exc)})") from None
     if bad:
-        raise uncastable(path, table, column, declared, arrow_type, bad[0][0])
+        value, file = bad[0]
+        # Spark may spell the URI otherwise (file:/x for file:///x): the path names the file
+        named = next((p for p in paths if urlparse(str(p)).path == urlparse(file).path), file)
+        raise uncastable(named, table, column, declared, arrow_type, value)
 
 
 # ----------------------------------------------------------------------------- metadata
@@ -314,10 +377,29 @@ def _metadata_views(spark, found, schemas, rows_read, rows_clean) -> None:
 def _import_notes(spark, traces: str) -> None:
     """TRACES/import_notes/ (what ``specan import`` left), when there is one."""
     if is_uri(traces):
-        return
-    files = sorted((Path(traces) / "import_notes").rglob("*.parquet")) if (Path(traces) / "import_notes").is_dir() else []
+        files = [str(s.getPath().toUri()) for s in _listing(spark, f"{traces.rstrip('/')}/import_notes", recursive=True)
+                 if str(s.getPath().getName()).endswith(".parquet")]
+    else:
+        folder = Path(traces) / "import_notes"
+        files = [qualified(f) for f in sorted(folder.rglob("*.parquet"))] if folder.is_dir() else []
     if files:
-        spark.read.parquet(*[str(f) for f in files]).createOrReplaceTempView("import_notes")
+        spark.read.parquet(*sorted(files)).createOrReplaceTempView("import_notes")
+
+
+def _listing(spark, uri: str, recursive: bool = False) -> list:
+    """The FileStatus of each entry of the folder ``uri`` (its files, with ``recursive``;
+    nothing when there is no such folder), through Hadoop's FileSystem."""
+    jvm = spark.sparkContext._jvm
+    folder = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = folder.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not (fs.exists(folder) and fs.getFileStatus(folder).isDirectory()):
+        return []
+    if not recursive:
+        return list(fs.listStatus(folder))
+    listing, found = fs.listFiles(folder, True), []
+    while listing.hasNext():
+        found.append(listing.next())
+    return found
 
 
 def check_spark_link_keys(spark, summary: LoadSummary, aggregates=None, rounds: bool = True) -> None:
