@@ -55,8 +55,8 @@ def test_local_paths_reach_spark_as_file_uris(tmp_path, monkeypatch):
 def test_pandas_written_rounds_on_spark(spark, tmp_path):
     from analyzer import spark as engine
 
-    summary, rejected = engine.validate(str(pandas_rounds(tmp_path)))
-    assert summary.rows_read["rounds"] == sum(range(1, 21)) and rejected.num_rows == 0
+    summary, _tables, fetched = engine.validate(str(pandas_rounds(tmp_path)))
+    assert summary.rows_read["rounds"] == sum(range(1, 21)) and fetched.rejected_total == 0
 
 
 def test_uri_footers_read_as_spark_reads_each_file(spark, tmp_path):

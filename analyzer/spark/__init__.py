@@ -22,7 +22,7 @@ from ..analysis import portable
 from ..ingest import rules
 from ..ingest.load import LoadSummary, with_hashed_fallback
 from . import heavy
-from .load import is_uri, load_on_spark
+from .load import is_uri, load_on_spark, qualified
 from .session import spark_session
 
 Progress = Callable[[str], None]
@@ -49,8 +49,8 @@ def _rejected_back(spark, summary: LoadSummary, rejected_out: str | None, progre
     """The rejected rows the driver gets: their counts per (table, reason), from the load,
     and the first ``rules.EXAMPLES_PER_REASON`` of each by row key. With ``rejected_out`` the
     executors write every rejected row there as Parquet first."""
-    if rejected_out is not None:
-        heavy.write_frame(spark.table("rejected_rows"), rejected_out, progress)
+    if rejected_out is not None:     # a local path is the driver's: on YARN it would resolve on HDFS
+        heavy.write_frame(spark.table("rejected_rows"), qualified(rejected_out), progress)
     examples = heavy.collect(spark.sql(portable.spark_sql(
         rules.rejected_examples_sql("rejected_rows"))), "rejected_rows", progress)
     counts = [(t, r, n) for t, by_reason in sorted(summary.rejected.items()) for r, n in sorted(by_reason.items())]
@@ -105,7 +105,7 @@ def write_reduced(traces: str, out: str, *, master: str | None = None, date: str
     """The heavy pass on Spark, its reduced tables written as Parquet under ``out``."""
     spark = spark_session(master)
     summary, frames = _load_and_reduce(spark, traces, date, progress)
-    rows = heavy.write(spark, frames, out, summary, progress)
+    rows = heavy.write(spark, frames, qualified(out), summary, progress)
     return summary, rows
 
 

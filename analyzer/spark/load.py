@@ -384,6 +384,8 @@ def _import_notes(spark, traces: str) -> None:
         files = [qualified(f) for f in sorted(folder.rglob("*.parquet"))] if folder.is_dir() else []
     if files:
         spark.read.parquet(*sorted(files)).createOrReplaceTempView("import_notes")
+    else:   # an earlier run's on this session would be read as these traces' notes
+        spark.catalog.dropTempView("import_notes")
 
 
 def _listing(spark, uri: str, recursive: bool = False) -> list:
