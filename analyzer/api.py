@@ -189,7 +189,8 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                 progress: Progress | None = None, views: bool = True,
                 repeat_n: int = DEFAULT_REPEAT_N, temp_dir: str | Path | None = None,
                 engine: str = "duckdb", spark_master: str | None = None, by: tuple[str, ...] = (),
-                cache: Cache | None = None, rejected_out: str | None = None) -> Workspace:
+                cache: Cache | None = None, rejected_out: str | None = None,
+                spark_checkpoint_dir: str | None = None) -> Workspace:
     """Load a trace directory into a scratch database, with every view unless ``views`` is false.
 
     The scratch database is a file in this run's private temporary folder, not
@@ -206,7 +207,9 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     same way with the default engine. Of the rejected rows, Spark brings back their
     counts and a few examples per reason (``rejected_rows`` holds those); with
     ``rejected_out`` (a path or URI) its executors write all of them there as Parquet.
-    ``Workspace.fetched`` says what came back.
+    ``Workspace.fetched`` says what came back. ``spark_checkpoint_dir`` keeps the tables
+    Spark computes once as reliable checkpoints there (else, on a cluster, as cached
+    blocks it recomputes when an executor is lost).
 
     ``by`` names requests columns to slice by (``report --by``): the views
     ``slice_metrics`` and the others of ``analysis.slices`` are keyed by them. An
@@ -227,15 +230,19 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
 
         if not views:
             summary, tables, fetched = spark.validate(str(traces), master=spark_master, date=date,
-                                                      progress=progress, rejected_out=rejected_out)
+                                                      progress=progress, rejected_out=rejected_out,
+                                                      checkpoint_dir=spark_checkpoint_dir)
             ws = open_reduced(tables, summary, memory_limit=memory_limit, temp_dir=temp_dir, views=False)
         else:
             tables, summary, fetched = spark.reduce_traces(str(traces), master=spark_master, date=date,
-                                                           progress=progress, rejected_out=rejected_out)
+                                                           progress=progress, rejected_out=rejected_out,
+                                                           checkpoint_dir=spark_checkpoint_dir)
             ws = open_reduced(tables, summary, memory_limit=memory_limit, temp_dir=temp_dir,
                               repeat_n=repeat_n, progress=progress)
         ws.fetched = fetched
         return ws
+    if spark_checkpoint_dir is not None:
+        raise InputProblem("--spark-checkpoint-dir is for --engine spark")
     if rejected_out is not None:
         raise InputProblem("--rejected-out is for --engine spark (the DuckDB engine keeps the rejected "
                            "rows in its rejected_rows table)")
@@ -686,11 +693,13 @@ def render_imports(imports: list[dict]) -> str:
 
 
 def write_reduced(traces: str | Path, out: str | Path, *, spark_master: str | None = None,
-                  progress: Progress | None = None) -> tuple[LoadSummary, dict[str, int]]:
+                  progress: Progress | None = None, spark_checkpoint_dir: str | None = None
+                  ) -> tuple[LoadSummary, dict[str, int]]:
     """``specan load --engine spark --out DIR``: the heavy pass on Spark, its reduced
     tables written under ``out`` as Parquet for a later ``specan report DIR``."""
     from . import spark
 
     if not _is_uri(out) and Path(out).exists() and not Path(out).is_dir():
         raise EnvironmentProblem(f"cannot write {out}: it exists and is not a directory")
-    return spark.write_reduced(str(traces), str(out), master=spark_master, progress=progress)
+    return spark.write_reduced(str(traces), str(out), master=spark_master, progress=progress,
+                               checkpoint_dir=spark_checkpoint_dir)

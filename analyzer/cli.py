@@ -240,6 +240,10 @@ def _rejected_out_option(f):
 
 
 def _engine_option(f):
+    f = click.option("--spark-checkpoint-dir", "spark_checkpoint_dir", default=None, metavar="DIR",
+                     help="With --engine spark: keep the tables computed once as reliable checkpoints "
+                          "in DIR (hdfs://, s3a://, or a path every executor sees), so they survive a "
+                          "lost executor. Default on a cluster: cached blocks Spark recomputes.")(f)
     f = click.option("--spark-master", "spark_master", default=None, metavar="URL",
                      help="With --engine spark: the Spark master (local[4], yarn, k8s://HOST:PORT, "
                           "spark://HOST:PORT). Default: the session already running (spark-submit), "
@@ -299,7 +303,8 @@ _TRACES = click.argument("traces", type=str)
 @_rejected_out_option
 @_memory_option
 @_progress_option
-def validate(traces: str, strict: bool, engine: str, spark_master: str | None, rejected_out: str | None,
+def validate(traces: str, strict: bool, engine: str, spark_master: str | None,
+             spark_checkpoint_dir: str | None, rejected_out: str | None,
              memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Check the structure of TRACES, apply the row rules, and print counts.
 
@@ -312,7 +317,8 @@ def validate(traces: str, strict: bool, engine: str, spark_master: str | None, r
     """
     show = _progress(progress)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, views=False,
-                         temp_dir=temp_dir, engine=engine, spark_master=spark_master, rejected_out=rejected_out)
+                         temp_dir=temp_dir, engine=engine, spark_master=spark_master,
+                         spark_checkpoint_dir=spark_checkpoint_dir, rejected_out=rejected_out)
     _say_fetched(ws, show)
     try:
         click.echo(api.validation_text(ws), nl=False)
@@ -339,7 +345,8 @@ def validate(traces: str, strict: bool, engine: str, spark_master: str | None, r
 @_cache_option
 @_progress_option
 def report(traces: str, fmt: str, output: Path | None, config_path: Path | None, check: bool, by: tuple[str, ...],
-           engine: str, spark_master: str | None, rejected_out: str | None, repeat_n: int, memory_limit: str,
+           engine: str, spark_master: str | None, spark_checkpoint_dir: str | None, rejected_out: str | None,
+           repeat_n: int, memory_limit: str,
            temp_dir: Path | None, progress: bool | None) -> None:
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
@@ -362,7 +369,8 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
     if output is not None:
         api.check_output(output)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir,
-                         engine=engine, spark_master=spark_master, by=by, cache=_cache(), rejected_out=rejected_out)
+                         engine=engine, spark_master=spark_master, spark_checkpoint_dir=spark_checkpoint_dir, by=by,
+                         cache=_cache(), rejected_out=rejected_out)
     _say_cache(ws, show)
     _say_fetched(ws, show)
     try:
@@ -429,7 +437,7 @@ def _emit(text_out: str, output: Path | None) -> None:
 @_memory_option
 @_progress_option
 def load(traces: str, db: Path | None, out: str | None, by: tuple[str, ...], engine: str, spark_master: str | None,
-         repeat_n: int, memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
+         spark_checkpoint_dir: str | None, repeat_n: int, memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Write the clean tables and every view of TRACES to a DuckDB database, or with
     --engine spark, the reduced aggregates of TRACES to a directory.
 
@@ -448,12 +456,15 @@ def load(traces: str, db: Path | None, out: str | None, by: tuple[str, ...], eng
             raise click.UsageError("--engine spark writes a directory: give --out DIR, not --db")
         if by:
             raise click.UsageError("--by runs on the DuckDB engine only: load --db FILE --by COLUMN")
-        summary, rows = api.write_reduced(traces, out, spark_master=spark_master, progress=_progress(progress))
+        summary, rows = api.write_reduced(traces, out, spark_master=spark_master,
+                                          spark_checkpoint_dir=spark_checkpoint_dir, progress=_progress(progress))
         click.echo(api.validation_text(summary), nl=False)
         click.echo(f"wrote {out}: {len(rows)} tables, {sum(rows.values()):,} rows")
         return
     if out is not None or db is None:
         raise click.UsageError("give --db FILE (--out DIR is for --engine spark)")
+    if spark_checkpoint_dir is not None:
+        raise click.UsageError("--spark-checkpoint-dir is for --engine spark")
     summary = api.write_database(traces, db, memory_limit=memory_limit, progress=_progress(progress),
                                  repeat_n=repeat_n, temp_dir=temp_dir, by=by)
     click.echo(api.validation_text(summary), nl=False)
@@ -470,7 +481,7 @@ def load(traces: str, db: Path | None, out: str | None, by: tuple[str, ...], eng
 @_memory_option
 @_progress_option
 def sql(args: tuple[str, ...], db: Path | None, fmt: str, by: tuple[str, ...], engine: str, spark_master: str | None,
-        rejected_out: str | None, memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
+        spark_checkpoint_dir: str | None, rejected_out: str | None, memory_limit: str, temp_dir: Path | None, progress: bool | None) -> None:
     """Run one SQL query against the clean tables and views.
 
     ARGS is `TRACES QUERY`, or just `QUERY` with --db. With --engine spark the query
@@ -494,7 +505,8 @@ def sql(args: tuple[str, ...], db: Path | None, fmt: str, by: tuple[str, ...], e
     show = _progress(progress)
     ws = (api.open_database(db, memory_limit=memory_limit, temp_dir=temp_dir) if db else
           api.open_traces(args[0], memory_limit=memory_limit, progress=show, temp_dir=temp_dir,
-                          engine=engine, spark_master=spark_master, by=by, rejected_out=rejected_out))
+                          engine=engine, spark_master=spark_master, spark_checkpoint_dir=spark_checkpoint_dir, by=by,
+                          rejected_out=rejected_out))
     _say_fetched(ws, show)
     try:
         columns, rows = api.query(ws.con, args[-1])

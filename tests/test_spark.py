@@ -384,3 +384,34 @@ def test_the_recipe_in_spark_sql_gives_the_same_uids(spark):
     rows = spark.sql("select cast(conv(substring(md5(concat(d, char(31), k)), 1, 16), 16, -10) as bigint) as uid "
                      "from values ('a', 'r1'), ('a', 'r2'), ('dép', 'ü') as t(d, k)").collect()
     assert [r.uid for r in rows] == [link_uid("a", "r1"), link_uid("a", "r2"), link_uid("dép", "ü")]
+
+
+def test_the_users_session_is_left_as_it_was(spark, tmp_path):
+    # a notebook's session: its settings, its own view and its cached data are as the run
+    # found them; the run's views and kept tables are gone; shuffles ran in 2 x its cores
+    write_seed_traces(tmp_path, 4, cheap)
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    spark.conf.unset("spark.sql.shuffle.partitions")
+    spark.range(3).createOrReplaceTempView("users_own")
+    users_cached = spark.range(5).persist()
+    users_cached.count()
+    views = {t.name for t in spark.catalog.listTables() if t.isTemporary}
+    kept = set(spark.sparkContext._jsc.getPersistentRDDs().keys())
+    during = set()
+    try:
+        ws = api.open_traces(tmp_path, engine="spark", progress=lambda msg: msg.endswith("on Spark") and during.add(
+            (spark.conf.get("spark.sql.session.timeZone"), spark.conf.get("spark.sql.shuffle.partitions"))))
+        try:
+            (row,) = [d for d in api.report_document(ws)["deployments"] if d["deployment_id"] == "spec"]
+        finally:
+            ws.close()
+        assert round(row["speedup"], 3) == 2.334
+        assert during == {("UTC", str(2 * spark.sparkContext.defaultParallelism))}
+        assert spark.conf.get("spark.sql.session.timeZone") == "America/New_York"
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "200"       # unset again: Spark's default
+        assert {t.name for t in spark.catalog.listTables() if t.isTemporary} == views
+        assert set(spark.sparkContext._jsc.getPersistentRDDs().keys()) == kept
+    finally:
+        users_cached.unpersist()
+        spark.catalog.dropTempView("users_own")
+        spark.conf.set("spark.sql.session.timeZone", "UTC")

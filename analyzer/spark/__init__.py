@@ -23,7 +23,7 @@ from ..ingest import rules
 from ..ingest.load import LoadSummary, with_hashed_fallback
 from . import heavy
 from .load import is_uri, load_on_spark, qualified
-from .session import spark_session
+from .session import engine_session, spark_session
 
 Progress = Callable[[str], None]
 
@@ -61,14 +61,14 @@ def _rejected_back(spark, summary: LoadSummary, rejected_out: str | None, progre
 
 
 def validate(traces: str, *, master: str | None = None, date: str | None = None,
-             progress: Progress | None = None, rejected_out: str | None = None
-             ) -> tuple[LoadSummary, dict[str, pa.Table], Fetched]:
+             progress: Progress | None = None, rejected_out: str | None = None,
+             checkpoint_dir: str | None = None) -> tuple[LoadSummary, dict[str, pa.Table], Fetched]:
     """Load on Spark and apply the row rules: the summary, and what comes back of the
     rejected rows (``_rejected_back``)."""
-    spark = spark_session(master)
-    summary = with_hashed_fallback(lambda hashed: load_on_spark(
-        spark, traces, date=date, progress=progress, hashed_links=hashed), lambda summary: summary, progress)
-    tables = _rejected_back(spark, summary, rejected_out, progress)
+    with engine_session(master, checkpoint_dir) as spark:
+        summary = with_hashed_fallback(lambda hashed: load_on_spark(
+            spark, traces, date=date, progress=progress, hashed_links=hashed), lambda summary: summary, progress)
+        tables = _rejected_back(spark, summary, rejected_out, progress)
     return summary, tables, _fetched(tables, summary, rejected_out)
 
 
@@ -88,25 +88,27 @@ def _load_and_reduce(spark, traces: str, date: str | None, progress: Progress | 
 
 
 def reduce_traces(traces: str, *, master: str | None = None, date: str | None = None,
-                  progress: Progress | None = None, rejected_out: str | None = None
-                  ) -> tuple[dict[str, pa.Table], LoadSummary, Fetched]:
+                  progress: Progress | None = None, rejected_out: str | None = None,
+                  checkpoint_dir: str | None = None) -> tuple[dict[str, pa.Table], LoadSummary, Fetched]:
     """The heavy pass on Spark; the reduced tables on the driver, as Arrow. Of the
     rejected rows only their counts and a few examples come back (``_rejected_back``)."""
-    spark = spark_session(master)
-    summary, frames = _load_and_reduce(spark, traces, date, progress)
-    del frames["rejected_rows"]
-    tables = heavy.fetch(frames, progress)
-    tables.update(_rejected_back(spark, summary, rejected_out, progress))
+    with engine_session(master, checkpoint_dir) as spark:
+        summary, frames = _load_and_reduce(spark, traces, date, progress)
+        del frames["rejected_rows"]
+        tables = heavy.fetch(frames, progress)
+        tables.update(_rejected_back(spark, summary, rejected_out, progress))
     return tables, summary, _fetched(tables, summary, rejected_out)
 
 
 def write_reduced(traces: str, out: str, *, master: str | None = None, date: str | None = None,
-                  progress: Progress | None = None) -> tuple[LoadSummary, dict[str, int]]:
+                  progress: Progress | None = None, checkpoint_dir: str | None = None
+                  ) -> tuple[LoadSummary, dict[str, int]]:
     """The heavy pass on Spark, its reduced tables written as Parquet under ``out``."""
-    spark = spark_session(master)
-    summary, frames = _load_and_reduce(spark, traces, date, progress)
-    rows = heavy.write(spark, frames, qualified(out), summary, progress)
+    with engine_session(master, checkpoint_dir) as spark:
+        summary, frames = _load_and_reduce(spark, traces, date, progress)
+        rows = heavy.write(spark, frames, qualified(out), summary, progress)
     return summary, rows
 
 
-__all__ = ["Fetched", "MANIFEST", "is_uri", "reduce_traces", "spark_session", "validate", "write_reduced"]
+__all__ = ["Fetched", "MANIFEST", "engine_session", "is_uri", "reduce_traces", "spark_session", "validate",
+           "write_reduced"]

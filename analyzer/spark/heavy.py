@@ -24,7 +24,8 @@ from ..analysis.views import ROUND_AGGREGATES, dependency_order, discover_views,
 from ..errors import EnvironmentProblem, InternalError, first_line
 from ..ingest import rules
 from ..ingest.load import LoadSummary
-from .load import check_spark_link_keys, materialize
+from .load import check_spark_link_keys
+from .session import materialize
 
 Progress = Callable[[str], None]
 

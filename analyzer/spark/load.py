@@ -34,6 +34,7 @@ from ..ingest.load import (DEPENDENT_TABLES, LoadSummary, StructuralError, Table
                            entry_notes, link_key_checks, partition_values, rows_without_uid_sql, table_plan, uncastable,
                            unknown_entries, unreadable_file, written_links)
 from ..ingest.schema import TABLE_ORDER, load_schemas
+from .session import materialize, spark_failure
 
 Progress = Callable[[str], None]
 
@@ -142,6 +143,9 @@ def _read_or_name_the_file(run, traces: str, found: dict[str, TableFiles]):
     try:
         return run()
     except Exception as exc:
+        failure = spark_failure(exc)
+        if failure is not None:         # the cluster's, not the file's
+            raise failure from None
         if not is_uri(traces):
             with duckdb.connect() as con:
                 for entry in found.values():
@@ -150,15 +154,6 @@ def _read_or_name_the_file(run, traces: str, found: dict[str, TableFiles]):
                         raise StructuralError(culprit, entry.table, None,
                                               f"not readable Parquet ({first_line(exc)})") from None
         raise EnvironmentProblem(f"Spark failed reading {traces}: {first_line(exc)}") from None
-
-
-def materialize(frame):
-    """Compute ``frame`` once and keep it on the executors, its plan cut to a scan of
-    the result: later queries neither recompute it nor re-analyse its lineage (with
-    cache() every query re-plans the rules' joins, about a second per query)."""
-    from pyspark import StorageLevel
-
-    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
 
 
 def _sql(spark, text: str, entry: TableFiles):

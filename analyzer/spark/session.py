@@ -3,15 +3,27 @@ notebook on the cluster), or a new one at ``--spark-master`` (default ``local[*]
 
 pyspark is an extra (``pip install 'specan[spark]'``): the default install needs no
 Java. Everything Spark-specific that can fail before any data is read (no pyspark,
-no Java) is turned into one line here.
+no Java, a master nobody answers at) is turned into one line here, and so are the
+cluster's own failures while it works (``spark_failure``).
+
+``engine_session`` is how a run uses the session: it sets what specan's SQL relies on,
+chooses how tables are kept (``materialize``), and when the run ends puts the user's
+settings back and releases what the run kept and named.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
+import re
+import socket
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
-from ..errors import EnvironmentProblem, InputProblem
+from ..errors import EnvironmentProblem, InputProblem, SpecanError
 
 DEFAULT_MASTER = "local[*]"
 
@@ -25,6 +37,11 @@ SESSION_SETTINGS = {
     # fit); by default Spark rounds a product whose precision passes 38
     "spark.sql.decimalOperations.allowPrecisionLoss": "false",
 }
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+SPARK_DEFAULT_SHUFFLE_PARTITIONS = "200"
+# How long a spark:// master has to answer before specan says it cannot reach it (Spark's
+# own client retries for a minute and then stops the context)
+MASTER_CONNECT_SECONDS = 5.0
 
 
 def spark_session(master: str | None = None):
@@ -37,6 +54,7 @@ def spark_session(master: str | None = None):
     if session is None or master is not None:
         if master is not None and not master.strip():
             raise InputProblem("--spark-master is empty: expected e.g. local[4], yarn, k8s://HOST:PORT")
+        check_master_answers(master or DEFAULT_MASTER)
         builder = SparkSession.builder.appName("specan").config("spark.ui.showConsoleProgress", "false")
         # under spark-submit (which starts the JVM and hands pyspark its gateway) the master
         # and every --conf come from spark-submit
@@ -44,13 +62,14 @@ def spark_session(master: str | None = None):
         if master is not None or not submitted:
             builder = builder.master(master or DEFAULT_MASTER)
         if not submitted and (master or DEFAULT_MASTER).startswith("local"):
-            # One machine: no UI, and shuffles in as many partitions as it has cores
-            # (Spark's default of 200 costs more in task overhead than small stages take)
-            builder = (builder.config("spark.ui.enabled", "false")
-                       .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1)))))
+            builder = builder.config("spark.ui.enabled", "false")
         # py4j and pyspark log every Java exception they relay; specan turns them into one line
         for logger in ("py4j", "SQLQueryContextLogger", "pyspark"):
             logging.getLogger(logger).setLevel(logging.CRITICAL)
+        # pyspark checks the pandas version when Arrow batches come back, and warns of a newer
+        # pandas than it was tested with; specan hands pandas nothing
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                                category=FutureWarning)
         try:
             session = builder.getOrCreate()
         except Exception as exc:   # pyspark raises its own types, or RuntimeError, when Java is missing
@@ -59,9 +78,187 @@ def spark_session(master: str | None = None):
                 " (no Java runtime found: Spark needs one, e.g. apt install default-jre-headless)"
             raise EnvironmentProblem(f"cannot start Spark at {master or DEFAULT_MASTER}: {text}{java}") from None
         session.sparkContext.setLogLevel("OFF")
-    for key, value in SESSION_SETTINGS.items():
-        session.conf.set(key, value)
     return session
+
+
+def check_master_answers(master: str) -> None:
+    """A ``spark://`` master (several, comma-separated, for standby masters) must accept a
+    connection: else one line now, not Spark's minute of retries and a stopped context."""
+    if not master.startswith("spark://"):
+        return
+    hosts = master[len("spark://"):].split(",")
+    reasons = []
+    for host_port in hosts:
+        host, _, port = host_port.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=MASTER_CONNECT_SECONDS):
+                return
+        except ValueError:
+            raise InputProblem(f"--spark-master {master}: expected spark://HOST:PORT") from None
+        except OSError as exc:
+            reasons.append(f"{host_port}: {exc.strerror or type(exc).__name__}")
+    raise EnvironmentProblem(f"cannot reach the Spark master {master} ({'; '.join(reasons)}): "
+                             "is it running? check --spark-master")
+
+
+@dataclass
+class Keeping:
+    """How this run keeps the tables it computes once and reads many times."""
+
+    # local: one JVM, so localCheckpoint's executor-local blocks cannot be lost without
+    # the driver; checkpoint: reliable files under --spark-checkpoint-dir; persist:
+    # cached blocks that Spark recomputes from their lineage when an executor goes away
+    how: str
+    kept: list = field(default_factory=list)
+
+
+_KEEPING: contextvars.ContextVar[Keeping] = contextvars.ContextVar("specan_spark_keeping",
+                                                                   default=Keeping("local"))
+
+
+def materialize(frame):
+    """Compute ``frame`` once and keep it: later queries read the result instead of
+    recomputing it. With a checkpoint (local or reliable) the plan is cut to a scan of the
+    result, so later queries do not re-analyse its lineage either (with a persisted frame
+    every query re-plans the rules' joins, about a second per query)."""
+    from pyspark import StorageLevel
+
+    keeping = _KEEPING.get()
+    if keeping.how == "local":
+        kept = frame.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+    elif keeping.how == "checkpoint":
+        kept = frame.checkpoint(eager=True)
+    else:
+        kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        kept.count()
+    keeping.kept.append(kept)
+    return kept
+
+
+@contextlib.contextmanager
+def engine_session(master: str | None = None, checkpoint_dir: str | None = None) -> Iterator:
+    """The session for one run. Inside: specan's settings, shuffles sized to the cluster
+    (unless the user set their number), tables kept as ``Keeping`` says. On the way out,
+    whatever happened: the user's settings as they were, the run's kept tables released
+    and its temporary views dropped, and a cluster failure as one line (``spark_failure``)."""
+    spark = spark_session(master)
+    context = spark.sparkContext
+    keys = list(SESSION_SETTINGS)
+    wanted = dict(SESSION_SETTINGS)
+    shuffles = _shuffle_partitions(spark)
+    if shuffles is not None:
+        wanted[SHUFFLE_PARTITIONS] = shuffles
+        keys.append(SHUFFLE_PARTITIONS)
+    before = {key: _setting(spark, key) for key in keys}
+    views_before = _temp_views(spark)
+    rdds_before = set(_persistent_rdds(context))
+    checkpoint_before = None
+    if checkpoint_dir is not None:
+        from .load import qualified       # a local folder is the driver's: executors need file://
+
+        checkpoint_before = context.getCheckpointDir()
+        context.setCheckpointDir(qualified(checkpoint_dir))
+        how = "checkpoint"
+    else:
+        how = "local" if context.master.startswith("local") else "persist"
+    token = _KEEPING.set(Keeping(how))
+    try:
+        for key, value in wanted.items():
+            spark.conf.set(key, value)
+        yield spark
+    except SpecanError:
+        raise
+    except Exception as exc:
+        failure = spark_failure(exc)
+        if failure is None:
+            raise
+        raise failure from None
+    finally:
+        keeping = _KEEPING.get()
+        _KEEPING.reset(token)
+        with contextlib.suppress(Exception):     # a stopped context has nothing left to release
+            _release(spark, keeping, views_before, rdds_before)
+            for key, value in before.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
+            if checkpoint_before is not None:
+                context.setCheckpointDir(checkpoint_before)
+
+
+def _shuffle_partitions(spark) -> str | None:
+    """Shuffles in twice as many partitions as the cluster has cores, unless the user set
+    ``spark.sql.shuffle.partitions`` (at launch or in the session): Spark's default of 200
+    costs more in task overhead than specan's small stages take (9,800 tasks for the
+    shipped sample on a one-worker cluster)."""
+    if spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
+        return None
+    if _setting(spark, SHUFFLE_PARTITIONS) not in (None, SPARK_DEFAULT_SHUFFLE_PARTITIONS):
+        return None
+    return str(max(2, 2 * spark.sparkContext.defaultParallelism))
+
+
+def _setting(spark, key: str) -> str | None:
+    try:
+        return spark.conf.get(key, None)
+    except Exception:
+        return None
+
+
+def _temp_views(spark) -> set[str]:
+    return {t.name for t in spark.catalog.listTables() if t.isTemporary}
+
+
+def _persistent_rdds(context) -> dict:
+    return dict(context._jsc.getPersistentRDDs())
+
+
+def _release(spark, keeping: Keeping, views_before: set[str], rdds_before: set) -> None:
+    """Drop the temporary views the run made and free the blocks it kept: a notebook's
+    session is left as the run found it, and the next run on it sees none of this one's
+    tables (an earlier run's view read as this run's input is how bugs start)."""
+    for name in _temp_views(spark) - views_before:
+        spark.catalog.dropTempView(name)
+    for frame in keeping.kept:
+        frame.unpersist()
+    for rdd_id, rdd in _persistent_rdds(spark.sparkContext).items():
+        if rdd_id not in rdds_before:
+            rdd.unpersist(False)
+
+
+# A cluster's failures, recognised in the text of the Java exception, each with the setting
+# that changes the outcome. The text is Spark's (org.apache.spark.scheduler.TaskSetManager,
+# ...deploy.client.StandaloneAppClient, java.lang.OutOfMemoryError), checked in
+# tests/test_spark_failures.py against failures the tests cause on a real cluster.
+_FAILURES = (
+    (re.compile(r"Total size of serialized results of \d+ tasks \([^)]*\) is bigger than "
+                r"(?:spark\.driver\.maxResultSize|\(?spark\.driver\.maxResultSize\)?) ?\([^)]*\)"),
+     "a result is too large for the driver ({0}): raise spark.driver.maxResultSize "
+     "(--conf spark.driver.maxResultSize=4g), or run `specan load --engine spark --out DIR` "
+     "to have the executors write it"),
+    (re.compile(r"(?:ExecutorLostFailure|Executor lost|Lost executor|executor \S+ exited)[^\n]{0,200}"),
+     "an executor was lost ({0}): give executors more memory (spark.executor.memory, "
+     "spark.executor.memoryOverhead), or --spark-checkpoint-dir DIR so kept tables survive it"),
+    (re.compile(r"(?:java\.lang\.OutOfMemoryError|SparkOutOfMemoryError)[^\n]{0,200}"),
+     "Spark ran out of memory ({0}): raise spark.executor.memory (or spark.driver.memory), "
+     "or spark.sql.shuffle.partitions so each task holds less"),
+    (re.compile(r"(?:All masters are unresponsive|Master removed our application|"
+                r"Cannot call methods on a stopped SparkContext)[^\n]{0,120}"),
+     "the Spark application stopped ({0}): check the master (--spark-master) and its workers"),
+)
+
+
+def spark_failure(exc: BaseException) -> EnvironmentProblem | None:
+    """One line naming the cause and the setting to change, for a failure of the cluster
+    (exit 3); None for anything else, which stays an internal error."""
+    text = str(exc)
+    for pattern, message in _FAILURES:
+        found = pattern.search(text)
+        if found:
+            quoted = " ".join(found.group(0).split())
+            return EnvironmentProblem(message.format(quoted[:240]))
+    return None
 
 
 def _on_path(program: str) -> bool:

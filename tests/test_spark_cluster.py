@@ -1,0 +1,95 @@
+"""The Spark engine on a real cluster: a standalone master and one worker on 127.0.0.1
+(tests/spark_cluster.py), the executors in their own JVMs at Spark's default 1 GB heap.
+
+The parity tests of tests/test_spark.py run here again, against spark://127.0.0.1:PORT:
+the same document as the DuckDB engine, every key, the bootstrap intervals included, to
+1e-9. On a cluster specan keeps its tables as persisted blocks (a lost executor's are
+recomputed), or with --spark-checkpoint-dir as reliable checkpoints; both are run here.
+`spark-submit` of the CLI is run once."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzer import api
+from spark_cluster import HOST, cluster_environment, spark_home, start_cluster
+from test_spark import SAMPLE, differences, document
+# the parity tests, collected again here with this module's `spark` fixture (the cluster)
+from test_spark import (test_channels_agree_on_spark, test_dirty_traces_reject_the_same_rows_and_report_the_same,  # noqa: F401
+                        test_load_out_then_report_the_directory_on_a_laptop,
+                        test_partitioned_traces_give_the_same_document,
+                        test_partitions_and_output_tokens_mismatch_on_spark, test_requests_to_look_at_on_spark,
+                        test_rejected_rows_are_written_by_the_executors_and_only_examples_come_back,
+                        test_sample_traces_give_the_same_document, test_the_seed_ledger_on_spark,
+                        test_validate_and_sql_on_spark)
+from test_metrics_seed import cheap, write_seed_traces
+
+pytestmark = pytest.mark.xdist_group("spark")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = start_cluster(tmp_path_factory.mktemp("spark-cluster"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(cluster):
+    """The driver's session at the cluster's master (the one this process's other Spark
+    tests use, in local mode, is stopped first: one SparkContext per JVM). The API and
+    the CLI find it (SparkSession.getActiveSession), as they would inside spark-submit."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-memory 2g pyspark-shell")
+    for key in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON"):
+        os.environ[key] = cluster_environment()[key]
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    session = (SparkSession.builder.master(cluster.master_url).appName("specan-tests")
+               .config("spark.driver.host", HOST).config("spark.driver.bindAddress", HOST)
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("OFF")
+    assert session.sparkContext.master == cluster.master_url
+    yield session
+    session.stop()
+
+
+def test_the_executors_are_the_clusters(spark, cluster):
+    # the work runs in the worker's executor JVM, not in the driver
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
+    assert executors == 2                       # the driver's block manager and the worker's executor
+    assert cluster.alive_workers() == 1
+
+
+def test_a_checkpoint_dir_keeps_the_tables_as_reliable_checkpoints(spark, tmp_path):
+    write_seed_traces(tmp_path / "traces", 4, cheap)
+    duck = document(tmp_path / "traces", "duckdb")
+    checkpoints = tmp_path / "checkpoints"
+    ws = api.open_traces(tmp_path / "traces", engine="spark", spark_checkpoint_dir=str(checkpoints))
+    try:
+        assert differences(duck, json.loads(api.to_json(api.report_document(ws)))) == []
+    finally:
+        ws.close()
+    # Spark writes each checkpoint as rdd-N folders under one folder per application
+    written = [p for p in checkpoints.rglob("rdd-*") if p.is_dir()]
+    assert written, f"no checkpoint written under {checkpoints}"
+
+
+def test_spark_submit_runs_the_cli_on_the_cluster(cluster, tmp_path, sample_report):
+    submit = spark_home() / "bin" / "spark-submit"
+    entry = Path(api.__file__).resolve().parent / "__main__.py"
+    out = tmp_path / "report.json"
+    env = {**cluster_environment(), "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run([str(submit), "--master", cluster.master_url, "--conf", f"spark.driver.host={HOST}",
+                          "--conf", "spark.ui.enabled=false", str(entry), "report", str(SAMPLE),
+                          "--engine", "spark", "--format", "json", "-o", str(out)],
+                         env=env, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert differences(json.loads(api.to_json(sample_report["doc"])), json.loads(out.read_text())) == []
