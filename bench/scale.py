@@ -17,7 +17,11 @@ measuring wall time and peak RSS with GNU time:
 - pandas: bench/pandas_peer.py, the same metrics read eagerly into pandas (it
   needs about 9 GB at 50M rounds, so --no-pandas for larger runs);
 - with --spark, report_spark: the same report with `--engine spark` in Spark's
-  local mode on this machine (`--spark-master local[*]`), beside the DuckDB one.
+  local mode on this machine (`--spark-master local[*]`), beside the DuckDB one;
+  its phases and the bytes it brought back per table (`--profile`) are recorded.
+  With --spark-cluster it runs on a standalone cluster started here instead (one
+  master and one worker on 127.0.0.1, tests/spark_cluster.py, the executor at
+  Spark's default 1 GB heap and 2 cores): write it to its own --out.
 
 It prints report ÷ floor, report ÷ polars and report ÷ pandas, and the duckdb and
 polars versions the runs used (the polars peer is getting faster: a ratio says
@@ -52,25 +56,43 @@ print(con.execute('''select deployment_id, count(*) filter (where num_draft_toke
 """
 
 
-def timed(command: list[str], profile: bool = False) -> dict:
+def timed(command: list[str], profile: bool = False, env: dict | None = None) -> dict:
     """Wall seconds and peak RSS (MB) of one command, via GNU time; with ``profile``, its phase table."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as out:
         result = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", out.name, *command],
-                                capture_output=True, text=True)
+                                capture_output=True, text=True, env=env)
         wall, rss_kb = out.read().split()[-2:]
     row = {"ok": result.returncode == 0, "seconds": float(wall), "peak_rss_mb": int(rss_kb) / 1024}
     if result.returncode != 0:
         row["error"] = (result.stderr.strip().splitlines() or ["?"])[-1]
     if profile and result.returncode == 0:
         row["phases"] = phases_of(result.stderr)
+        if fetched_of(result.stderr):
+            row["fetched_bytes"] = fetched_of(result.stderr)
     return row
 
 
 def phases_of(stderr: str) -> list[list]:
-    """The --profile table on stderr: [[phase, seconds], ...]."""
+    """The --profile table on stderr: [[phase, seconds], ...], up to its total."""
+    return _table_after(stderr, "profile: seconds per phase", float)
+
+
+def fetched_of(stderr: str) -> list[list]:
+    """The Spark engine's --profile bytes brought back: [[table, bytes], ...]."""
+    return _table_after(stderr, "profile: bytes brought back from Spark, per table", lambda v: int(v.replace(",", "")))
+
+
+def _table_after(stderr: str, heading: str, value) -> list[list]:
     lines = stderr.splitlines()
-    start = lines.index("profile: seconds per phase") + 1
-    return [[name, float(seconds)] for seconds, name in (line.split(None, 1) for line in lines[start:])]
+    if heading not in lines:
+        return []
+    rows = []
+    for line in lines[lines.index(heading) + 1:]:
+        if line.startswith("profile:"):
+            break
+        number, name = line.split(None, 1)
+        rows.append([name, value(number)])
+    return rows
 
 
 def traces_for(rounds: int) -> Path:
@@ -82,7 +104,8 @@ def traces_for(rounds: int) -> Path:
     return path
 
 
-def measure(rounds: int, memory: str, polars: bool, pandas: bool, spark: bool = False) -> dict:
+def measure(rounds: int, memory: str, polars: bool, pandas: bool, spark: bool = False,
+            master: str = "local[*]", env: dict | None = None) -> dict:
     traces = traces_for(rounds)
     row = {"rounds": rounds, "memory_limit": memory}
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,8 +115,9 @@ def measure(rounds: int, memory: str, polars: bool, pandas: bool, spark: bool = 
                               profile=True)
         if spark:
             row["report_spark"] = timed([sys.executable, "-m", "analyzer", "report", str(traces), "--format", "json",
-                                         "--engine", "spark", "--spark-master", "local[*]", "--profile",
-                                         "-o", str(Path(tmp) / "report-spark.json")], profile=True)
+                                         "--engine", "spark", "--spark-master", master, "--profile",
+                                         "-o", str(Path(tmp) / "report-spark.json")], profile=True, env=env)
+            row["report_spark"]["master"] = master
             if row["report"]["ok"] and row["report_spark"]["ok"]:
                 row["report_spark_over_report"] = row["report_spark"]["seconds"] / row["report"]["seconds"]
     row["floor"] = timed([sys.executable, "-c", FLOOR.format(traces=traces, memory=memory)])
@@ -117,15 +141,29 @@ def main() -> None:
     parser.add_argument("--no-polars", action="store_true", help="skip the polars peer")
     parser.add_argument("--no-pandas", action="store_true", help="skip the pandas peer (about 9 GB at 50M rounds)")
     parser.add_argument("--spark", action="store_true", help="also time `report --engine spark` (local mode)")
+    parser.add_argument("--spark-cluster", action="store_true",
+                        help="with --spark: on a standalone master and worker started on 127.0.0.1")
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args()
+    master, env, cluster = "local[*]", None, None
+    if args.spark_cluster:
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        from spark_cluster import cluster_environment, start_cluster
+
+        cluster = start_cluster(Path(tempfile.mkdtemp(prefix="specan-bench-cluster-")))
+        master, env = cluster.master_url, {**cluster_environment(), "PYSPARK_SUBMIT_ARGS":
+                                           "--conf spark.cores.max=2 pyspark-shell"}
     sizes = args.rounds or [1_000_000, 10_000_000, 50_000_000]
     # the peers run in processes of this interpreter (sys.executable): these are their versions,
     # kept with each run (the runs of earlier invocations stay in the file with theirs)
     versions = {"duckdb": duckdb.__version__, "polars": polars.__version__}
     print(f"duckdb {versions['duckdb']}, polars {versions['polars']}", flush=True)
-    rows = [measure(n, args.memory_limit, not args.no_polars, not args.no_pandas, args.spark) | {"versions": versions}
-            for n in sizes]
+    try:
+        rows = [measure(n, args.memory_limit, not args.no_polars, not args.no_pandas, args.spark or args.spark_cluster,
+                        master, env) | {"versions": versions} for n in sizes]
+    finally:
+        if cluster is not None:
+            cluster.stop()
     RESULTS.mkdir(exist_ok=True)
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.exists() else {}

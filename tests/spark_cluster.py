@@ -5,6 +5,12 @@ Every process (master, worker, and the driver the tests start) binds to 127.0.0.
 (``SPARK_LOCAL_IP``): otherwise Spark picks the host's other interface and the executors
 try to connect there. The executors get Spark's default heap (1 GB), as on a fleet's
 cluster left at its defaults.
+
+The worker offers 4 cores (on a 2-core machine: they are task slots) and each
+application takes 2 (``APP_CORES``, Spark's ``spark.cores.max``): the tests' own driver
+keeps its executor while a second application (``spark-submit``, a CLI process) runs
+beside it. Without the cap the first application takes every core and the second waits
+for resources forever.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HOST = "127.0.0.1"
+APP_CORES = 2
 
 
 @dataclass
@@ -40,6 +47,23 @@ class Cluster:
         # own process group (start_new_session), its JVM included
         for process in reversed(self.processes):
             _stop(process)
+
+    def executor_pids(self) -> list[int]:
+        """The process ids of the worker's executor JVMs: children of the worker, in its
+        process group (read from /proc: ps cuts its lines at 80 columns off a terminal)."""
+        worker, found = self.processes[-1].pid, []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                stat = (proc / "stat").read_text()
+                command = (proc / "cmdline").read_bytes()
+            except OSError:                 # ended while listed
+                continue
+            group = int(stat.rsplit(")", 1)[1].split()[2])     # pid (comm) state ppid pgrp
+            if group == worker and b"CoarseGrainedExecutorBackend" in command:
+                found.append(int(proc.name))
+        return sorted(found)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
@@ -66,7 +90,7 @@ def cluster_environment() -> dict[str, str]:
     return env
 
 
-def start_cluster(log_dir: Path, cores: int = 2, memory: str = "2g", timeout: float = 90.0) -> Cluster:
+def start_cluster(log_dir: Path, cores: int = 2 * APP_CORES, memory: str = "4g", timeout: float = 90.0) -> Cluster:
     """A master and one worker of ``cores`` cores, registered and alive; raises with
     their logs when they are not up within ``timeout`` seconds."""
     log_dir.mkdir(parents=True, exist_ok=True)

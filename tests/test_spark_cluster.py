@@ -9,6 +9,7 @@ recomputed), or with --spark-checkpoint-dir as reliable checkpoints; both are ru
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from analyzer import api
-from spark_cluster import HOST, cluster_environment, spark_home, start_cluster
-from test_spark import SAMPLE, differences, document
+from spark_cluster import APP_CORES, HOST, cluster_environment, spark_home, start_cluster
+from test_spark import differences, document
 # the parity tests, collected again here with this module's `spark` fixture (the cluster)
 from test_spark import (test_channels_agree_on_spark, test_dirty_traces_reject_the_same_rows_and_report_the_same,  # noqa: F401
                         test_load_out_then_report_the_directory_on_a_laptop,
@@ -28,7 +29,8 @@ from test_spark import (test_channels_agree_on_spark, test_dirty_traces_reject_t
                         test_validate_and_sql_on_spark)
 from test_metrics_seed import cheap, write_seed_traces
 
-pytestmark = pytest.mark.xdist_group("spark")
+# a group of its own: its driver is another xdist worker's JVM, beside test_spark.py's
+pytestmark = pytest.mark.xdist_group("spark-cluster")
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,7 @@ def spark(cluster):
         active.stop()
     session = (SparkSession.builder.master(cluster.master_url).appName("specan-tests")
                .config("spark.driver.host", HOST).config("spark.driver.bindAddress", HOST)
+               .config("spark.cores.max", str(APP_CORES))
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .getOrCreate())
     session.sparkContext.setLogLevel("OFF")
@@ -62,7 +65,8 @@ def spark(cluster):
 
 
 def test_the_executors_are_the_clusters(spark, cluster):
-    # the work runs in the worker's executor JVM, not in the driver
+    # the work runs in the worker's executor JVM, not in the driver: a job waits for one
+    assert spark.range(1000).selectExpr("sum(id)").first()[0] == 499500
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
     assert executors == 2                       # the driver's block manager and the worker's executor
     assert cluster.alive_workers() == 1
@@ -82,14 +86,39 @@ def test_a_checkpoint_dir_keeps_the_tables_as_reliable_checkpoints(spark, tmp_pa
     assert written, f"no checkpoint written under {checkpoints}"
 
 
-def test_spark_submit_runs_the_cli_on_the_cluster(cluster, tmp_path, sample_report):
+def test_spark_submit_runs_the_cli_on_the_cluster(cluster, tmp_path):
+    traces = write_seed_traces(tmp_path / "traces", 4, cheap)
     submit = spark_home() / "bin" / "spark-submit"
     entry = Path(api.__file__).resolve().parent / "__main__.py"
     out = tmp_path / "report.json"
     env = {**cluster_environment(), "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = subprocess.run([str(submit), "--master", cluster.master_url, "--conf", f"spark.driver.host={HOST}",
-                          "--conf", "spark.ui.enabled=false", str(entry), "report", str(SAMPLE),
+    run = subprocess.run([str(submit), "--master", cluster.master_url, "--total-executor-cores", str(APP_CORES),
+                          "--conf", "spark.ui.enabled=false", str(entry), "report", str(traces),
                           "--engine", "spark", "--format", "json", "-o", str(out)],
                          env=env, capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert differences(json.loads(api.to_json(sample_report["doc"])), json.loads(out.read_text())) == []
+    assert differences(document(traces, "duckdb"), json.loads(out.read_text())) == []
+
+
+def test_a_lost_executor_is_recomputed_and_the_report_completes(cluster, tmp_path):
+    # the executor's JVM is killed once the run has kept tables on it (the clean rounds,
+    # request_rounds): their blocks are gone with it, Spark recomputes them from their
+    # lineage on the executor the master starts next, and the document is the same
+    traces = write_seed_traces(tmp_path / "traces", 4, cheap)
+    out = tmp_path / "report.json"
+    env = {**cluster_environment(), "PYSPARK_SUBMIT_ARGS": f"--conf spark.cores.max={APP_CORES} pyspark-shell"}
+    before = set(cluster.executor_pids())
+    run = subprocess.Popen([sys.executable, "-m", "analyzer", "report", str(traces), "--engine", "spark",
+                            "--spark-master", cluster.master_url, "--format", "json", "-o", str(out), "--progress"],
+                           env=env, stderr=subprocess.PIPE, text=True)
+    killed, lines, seen = [], [], []
+    for line in run.stderr:
+        lines.append(line)
+        if not killed and "computing request_repetition on Spark" in line:
+            seen = cluster.executor_pids()
+            killed = [pid for pid in seen if pid not in before]
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+    assert run.wait(timeout=1200) == 0, "".join(lines)[-3000:]
+    assert len(killed) == 1, f"the run's executor was not found: {before} before, {seen} then"
+    assert differences(document(traces, "duckdb"), json.loads(out.read_text())) == []

@@ -52,3 +52,47 @@ def test_a_result_too_large_for_the_driver_names_the_setting():
 def test_other_failures_stay_internal_errors():
     # a bug of specan's is not the cluster's: it must still say "report it"
     assert spark_failure(ValueError("An error occurred while calling o42.sql: [PARSE_SYNTAX_ERROR]")) is None
+
+
+# Spark's own lines from users' reports (each issue named), as py4j relays them: the
+# one-line message quotes the cause and names the setting
+REPORTED = [
+    # mozilla/telemetry-airflow#330 (YARN, a container killed)
+    ("py4j.protocol.Py4JJavaError: An error occurred while calling o123.collectToPython.\n"
+     ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 3 in stage 1.0 failed 4 times, "
+     "most recent failure: Lost task 3.3 in stage 1.0 (TID 7243, ip-172-31-3-156.us-west-2.compute.internal, "
+     "executor 5): ExecutorLostFailure (executor 5 exited caused by one of the running tasks) Reason: Container "
+     "marked as failed: container_1532995648738_0001_01_000006 on host: ip-172-31-3-156.us-west-2.compute.internal. "
+     "Exit status: 137. Diagnostics: Container killed on request. Exit code is 137\n"
+     "Container exited with a non-zero exit code 137\nKilled by external signal\n\nDriver stacktrace:",
+     "an executor was lost (ExecutorLostFailure (executor 5 exited caused by one of the running tasks) Reason: "
+     "Container marked as failed: container_1532995648738_0001_01_000006 on host: ",
+     "spark.executor.memoryOverhead"),
+    # spark-jobserver/spark-jobserver#149
+    ("Job aborted due to stage failure: Task 0 in stage 0.0 failed 4 times, most recent failure: Lost task 0.3 in "
+     "stage 0.0 (TID 7, kafka.cds.softlayer.com): ExecutorLostFailure (executor 0 lost)\nDriver stacktrace:",
+     "an executor was lost (ExecutorLostFailure (executor 0 lost)): ", "--spark-checkpoint-dir DIR"),
+    # NVIDIA/cudf-spark#14903 (Spark 4's error class)
+    ("py4j.protocol.Py4JJavaError: An error occurred while calling o732836.collectToPython.\n: "
+     "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 13547.0 failed 1 times, "
+     "most recent failure: Lost task 0.0 in stage 13547.0 (TID 33405) (ip-10-59-156-36.us-west-2.compute.internal "
+     "executor driver): org.apache.spark.memory.SparkOutOfMemoryError: [UNABLE_TO_ACQUIRE_MEMORY] Unable to "
+     "acquire 65536 bytes of memory, got 0. SQLSTATE: 53200\n\tat org.apache.spark.errors.SparkCoreErrors$."
+     "outOfMemoryError(SparkCoreErrors.scala:476)",
+     "Spark ran out of memory (SparkOutOfMemoryError: [UNABLE_TO_ACQUIRE_MEMORY] Unable to acquire 65536 bytes "
+     "of memory, got 0. SQLSTATE: 53200): ", "spark.sql.shuffle.partitions"),
+    # sparklyr/sparklyr#1272
+    ("Error: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 6.0 failed 4 "
+     "times, most recent failure: Lost task 0.3 in stage 6.0 (TID 9, houdcda02.mnet.com, executor 2): "
+     "java.lang.OutOfMemoryError: GC overhead limit exceeded\n\tat java.lang.String.<init>(String.java:325)",
+     "Spark ran out of memory (java.lang.OutOfMemoryError: GC overhead limit exceeded): ",
+     "spark.executor.memory"),
+]
+
+
+@pytest.mark.parametrize("text, starts, names", REPORTED)
+def test_reported_cluster_failures_are_one_line_naming_the_setting(text, starts, names):
+    failure = spark_failure(RuntimeError(text))
+    assert failure is not None and failure.exit_code == 3
+    message = str(failure)
+    assert "\n" not in message and message.startswith(starts) and names in message

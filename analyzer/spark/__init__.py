@@ -60,12 +60,17 @@ def _rejected_back(spark, summary: LoadSummary, rejected_out: str | None, progre
     return {"rejected_rows": examples, "rejected_counts": counted}
 
 
+def _session(master: str | None, checkpoint_dir: str | None):
+    """``engine_session`` with the checkpoint folder as the executors must see it."""
+    return engine_session(master, None if checkpoint_dir is None else qualified(checkpoint_dir))
+
+
 def validate(traces: str, *, master: str | None = None, date: str | None = None,
              progress: Progress | None = None, rejected_out: str | None = None,
              checkpoint_dir: str | None = None) -> tuple[LoadSummary, dict[str, pa.Table], Fetched]:
     """Load on Spark and apply the row rules: the summary, and what comes back of the
     rejected rows (``_rejected_back``)."""
-    with engine_session(master, checkpoint_dir) as spark:
+    with _session(master, checkpoint_dir) as spark:
         summary = with_hashed_fallback(lambda hashed: load_on_spark(
             spark, traces, date=date, progress=progress, hashed_links=hashed), lambda summary: summary, progress)
         tables = _rejected_back(spark, summary, rejected_out, progress)
@@ -92,7 +97,7 @@ def reduce_traces(traces: str, *, master: str | None = None, date: str | None = 
                   checkpoint_dir: str | None = None) -> tuple[dict[str, pa.Table], LoadSummary, Fetched]:
     """The heavy pass on Spark; the reduced tables on the driver, as Arrow. Of the
     rejected rows only their counts and a few examples come back (``_rejected_back``)."""
-    with engine_session(master, checkpoint_dir) as spark:
+    with _session(master, checkpoint_dir) as spark:
         summary, frames = _load_and_reduce(spark, traces, date, progress)
         del frames["rejected_rows"]
         tables = heavy.fetch(frames, progress)
@@ -104,7 +109,7 @@ def write_reduced(traces: str, out: str, *, master: str | None = None, date: str
                   progress: Progress | None = None, checkpoint_dir: str | None = None
                   ) -> tuple[LoadSummary, dict[str, int]]:
     """The heavy pass on Spark, its reduced tables written as Parquet under ``out``."""
-    with engine_session(master, checkpoint_dir) as spark:
+    with _session(master, checkpoint_dir) as spark:
         summary, frames = _load_and_reduce(spark, traces, date, progress)
         rows = heavy.write(spark, frames, qualified(out), summary, progress)
     return summary, rows

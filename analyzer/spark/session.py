@@ -153,11 +153,9 @@ def engine_session(master: str | None = None, checkpoint_dir: str | None = None)
     views_before = _temp_views(spark)
     rdds_before = set(_persistent_rdds(context))
     checkpoint_before = None
-    if checkpoint_dir is not None:
-        from .load import qualified       # a local folder is the driver's: executors need file://
-
+    if checkpoint_dir is not None:     # qualified by the caller: a local folder must reach executors as file://
         checkpoint_before = context.getCheckpointDir()
-        context.setCheckpointDir(qualified(checkpoint_dir))
+        context.setCheckpointDir(checkpoint_dir)
         how = "checkpoint"
     else:
         how = "local" if context.master.startswith("local") else "persist"
