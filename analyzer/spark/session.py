@@ -22,6 +22,7 @@ import socket
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import EnvironmentProblem, InputProblem, SpecanError
 
@@ -63,6 +64,8 @@ def spark_session(master: str | None = None):
             builder = builder.master(master or DEFAULT_MASTER)
         if not submitted and (master or DEFAULT_MASTER).startswith("local"):
             builder = builder.config("spark.ui.enabled", "false")
+        if not submitted and _quiet_start_wanted():
+            builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG}")
         # py4j and pyspark log every Java exception they relay; specan turns them into one line
         for logger in ("py4j", "SQLQueryContextLogger", "pyspark"):
             logging.getLogger(logger).setLevel(logging.CRITICAL)
@@ -79,6 +82,21 @@ def spark_session(master: str | None = None):
             raise EnvironmentProblem(f"cannot start Spark at {master or DEFAULT_MASTER}: {text}{java}") from None
         session.sparkContext.setLogLevel("OFF")
     return session
+
+
+# The log configuration of a driver JVM specan starts (analyzer/spark/log4j2.properties)
+QUIET_LOG_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
+
+
+def _quiet_start_wanted() -> bool:
+    """Whether the driver JVM specan is about to start may take the quiet log configuration:
+    not when the JVM is already running (its logging is set), nor when the user gives the
+    driver's Java options. (After the start specan turns Spark's log off either way.)"""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        return False
+    return "extraJavaOptions" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
 
 
 def check_master_answers(master: str) -> None:
@@ -156,6 +174,8 @@ def engine_session(master: str | None = None, checkpoint_dir: str | None = None)
     if checkpoint_dir is not None:     # qualified by the caller: a local folder must reach executors as file://
         checkpoint_before = context.getCheckpointDir()
         context.setCheckpointDir(checkpoint_dir)
+        how = "checkpoint"
+    elif context.getCheckpointDir() is not None:     # the session's own (spark.checkpoint.dir, a notebook's)
         how = "checkpoint"
     else:
         how = "local" if context.master.startswith("local") else "persist"
