@@ -39,8 +39,10 @@ def test_a_result_too_large_for_the_driver_names_the_setting():
     run = specan("report", str(SAMPLE), "--engine", "spark", "--spark-master", "local[1]",
                  submit_args="--conf spark.driver.maxResultSize=64k")
     assert run.returncode == 3, run.stderr
-    # the JVM's own start-up lines come first (log4j's profile, the incubator modules); specan's is one line
+    # specan's is one line; before it only what the JVM prints before any log configuration
+    # (the incubator modules, the shell's log-level hint): not log4j's profile nor its warnings
     assert "Traceback" not in run.stderr
+    assert "log4j" not in run.stderr and " WARN " not in run.stderr, run.stderr
     (line,) = [x for x in run.stderr.splitlines() if x.startswith("Error:")]
     assert run.stderr.rstrip().endswith(line)
     assert line.startswith("Error: a result is too large for the driver (Total size of serialized results of ")
