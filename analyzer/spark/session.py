@@ -194,8 +194,11 @@ def engine_session(master: str | None = None, checkpoint_dir: str | None = None)
     finally:
         keeping = _KEEPING.get()
         _KEEPING.reset(token)
-        with contextlib.suppress(Exception):     # a stopped context has nothing left to release
+        # each on its own: a failed release must not keep the user's settings from coming back
+        # (and a stopped context has nothing left to release)
+        with contextlib.suppress(Exception):
             _release(spark, keeping, views_before, rdds_before)
+        with contextlib.suppress(Exception):
             for key, value in before.items():
                 if value is None:
                     spark.conf.unset(key)
