@@ -254,7 +254,7 @@ def _release(spark, keeping: Keeping, views_before: set[str], rdds_before: set) 
 # tests/test_spark_failures.py against failures the tests cause on a real cluster.
 _FAILURES = (
     (re.compile(r"Total size of serialized results of \d+ tasks \([^)]*\) is bigger than "
-                r"(?:spark\.driver\.maxResultSize|\(?spark\.driver\.maxResultSize\)?) ?\([^)]*\)"),
+                r"spark\.driver\.maxResultSize \([^)]*\)"),
      "a result is too large for the driver ({0}): raise spark.driver.maxResultSize "
      "(--conf spark.driver.maxResultSize=4g), or run `specan load --engine spark --out DIR` "
      "to have the executors write it"),
