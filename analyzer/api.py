@@ -190,7 +190,7 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
                 repeat_n: int = DEFAULT_REPEAT_N, temp_dir: str | Path | None = None,
                 engine: str = "duckdb", spark_master: str | None = None, by: tuple[str, ...] = (),
                 cache: Cache | None = None, rejected_out: str | None = None,
-                spark_checkpoint_dir: str | None = None) -> Workspace:
+                spark_checkpoint_dir: str | None = None, config=None) -> Workspace:
     """Load a trace directory into a scratch database, with every view unless ``views`` is false.
 
     The scratch database is a file in this run's private temporary folder, not
@@ -207,7 +207,9 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
     same way with the default engine. Of the rejected rows, Spark brings back their
     counts and a few examples per reason (``rejected_rows`` holds those); with
     ``rejected_out`` (a path or URI) its executors write all of them there as Parquet.
-    ``Workspace.fetched`` says what came back. ``spark_checkpoint_dir`` keeps the tables
+    ``Workspace.fetched`` says what came back. The views that list requests run on the
+    cluster there, so the ``[anomalies]`` thresholds of ``config`` (a loaded config) apply
+    when the traces are read, not when the report is made. ``spark_checkpoint_dir`` keeps the tables
     Spark computes once as reliable checkpoints there (else, on a cluster, as cached
     blocks it recomputes when an executor is lost).
 
@@ -236,7 +238,8 @@ def open_traces(traces: str | Path, *, date: str | None = None, memory_limit: st
         else:
             tables, summary, fetched = spark.reduce_traces(str(traces), master=spark_master, date=date,
                                                            progress=progress, rejected_out=rejected_out,
-                                                           checkpoint_dir=spark_checkpoint_dir)
+                                                           checkpoint_dir=spark_checkpoint_dir, config=config,
+                                                           repeat_n=repeat_n)
             ws = open_reduced(tables, summary, memory_limit=memory_limit, temp_dir=temp_dir,
                               repeat_n=repeat_n, progress=progress)
         ws.fetched = fetched
@@ -417,7 +420,8 @@ def open_reduced(tables: dict, summary: LoadSummary | None = None, *, memory_lim
     except BaseException:
         Workspace(con, None, workdir).close()
         raise
-    unavailable = ("rounds", "steps", *sorted(left_out)) if views else ()
+    absent = [t for t in ("rounds", "steps", "requests", "intervals") if t not in tables]
+    unavailable = (*absent, *sorted(left_out)) if views else ()
     return Workspace(con, summary, workdir, unavailable)
 
 
@@ -693,8 +697,8 @@ def render_imports(imports: list[dict]) -> str:
 
 
 def write_reduced(traces: str | Path, out: str | Path, *, spark_master: str | None = None,
-                  progress: Progress | None = None, spark_checkpoint_dir: str | None = None
-                  ) -> tuple[LoadSummary, dict[str, int]]:
+                  progress: Progress | None = None, spark_checkpoint_dir: str | None = None,
+                  repeat_n: int = DEFAULT_REPEAT_N) -> tuple[LoadSummary, dict[str, int]]:
     """``specan load --engine spark --out DIR``: the heavy pass on Spark, its reduced
     tables written under ``out`` as Parquet for a later ``specan report DIR``."""
     from . import spark
@@ -702,4 +706,4 @@ def write_reduced(traces: str | Path, out: str | Path, *, spark_master: str | No
     if not _is_uri(out) and Path(out).exists() and not Path(out).is_dir():
         raise EnvironmentProblem(f"cannot write {out}: it exists and is not a directory")
     return spark.write_reduced(str(traces), str(out), master=spark_master, progress=progress,
-                               checkpoint_dir=spark_checkpoint_dir)
+                               checkpoint_dir=spark_checkpoint_dir, repeat_n=repeat_n)

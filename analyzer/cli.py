@@ -370,7 +370,7 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
         api.check_output(output)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir,
                          engine=engine, spark_master=spark_master, spark_checkpoint_dir=spark_checkpoint_dir, by=by,
-                         cache=_cache(), rejected_out=rejected_out)
+                         cache=_cache(), rejected_out=rejected_out, config=config)
     _say_cache(ws, show)
     _say_fetched(ws, show)
     try:
@@ -456,7 +456,7 @@ def load(traces: str, db: Path | None, out: str | None, by: tuple[str, ...], eng
             raise click.UsageError("--engine spark writes a directory: give --out DIR, not --db")
         if by:
             raise click.UsageError("--by runs on the DuckDB engine only: load --db FILE --by COLUMN")
-        summary, rows = api.write_reduced(traces, out, spark_master=spark_master,
+        summary, rows = api.write_reduced(traces, out, spark_master=spark_master, repeat_n=repeat_n,
                                           spark_checkpoint_dir=spark_checkpoint_dir, progress=_progress(progress))
         click.echo(api.validation_text(summary), nl=False)
         click.echo(f"wrote {out}: {len(rows)} tables, {sum(rows.values()):,} rows")

@@ -78,6 +78,10 @@ create or replace macro poisson_weight(h) as cast(poisson1_draw(h) as double);
 -- reads them (log_intervals takes engine logs only).
 create or replace macro benchmark_source(interval_source) as interval_source in ('vllm_bench', 'sglang_bench');
 
+-- The request keys the report shows of each deployment's output_tokens_mismatch
+-- (output_tokens_mismatch_examples): the first ones in key order.
+create or replace macro mismatch_examples() as 3;
+
 -- Channel reconciliation (reconciliation): two channels of one engine disagree when a
 -- total differs by more than this share of the reference channel's (docs/metrics.md),
 -- counted over their common time span widened by the slack on each side (clocks differ

@@ -128,3 +128,12 @@ def macros_sql() -> str:
     statements.append("create or replace table buckets (kind varchar, position integer, label varchar, "
                       f"lowest double, highest double);\ninsert into buckets values {rows}")
     return ";\n".join(statements) + ";\n"
+
+
+def relation_sql() -> str:
+    """The ``buckets`` table as one query (for an engine that creates it as a view: Spark)."""
+    rows = ", ".join(f"({_literal(b.kind)}, {b.position}, {_literal(b.label)}, {_literal(b.lowest)}, "
+                     f"{_literal(b.highest)})" for b in seed())
+    return ("select cast(kind as varchar) as kind, cast(position as integer) as position, "
+            "cast(label as varchar) as label, cast(lowest as double) as lowest, cast(highest as double) as highest "
+            f"from (values {rows}) as t(kind, position, label, lowest, highest)")

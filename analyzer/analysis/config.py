@@ -67,6 +67,7 @@ no_acceptance_min_spec_rounds = 16
 no_acceptance_min_deployment_acceptance = 0.2
 stall_min_ms = 1000
 stall_min_median_multiple = 4
+listed_per_kind = 20         # the report lists this many per deployment and kind; anomaly_checks counts all
 """
 
 
@@ -197,6 +198,9 @@ class Anomalies:
     no_acceptance_min_deployment_acceptance: float = 0.2
     stall_min_ms: float = 1000.0
     stall_min_median_multiple: float = 4.0
+    # the report lists the largest this many per deployment and kind (view anomaly_listing);
+    # anomaly_checks counts every flagged request
+    listed_per_kind: int = 20
 
 
 @dataclass(frozen=True)

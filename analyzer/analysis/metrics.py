@@ -85,11 +85,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     log_speedups = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup")}
     log_intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup_intervals")}
     min_log_intervals = con.execute("select min_log_intervals()").fetchone()[0]
-    benchmarks = {r["deployment_id"]: r for r in rows(con, """
-        select deployment_id, count(*) as runs, list(distinct source order by source) as sources
-        from intervals
-        where benchmark_source(source)
-        group by deployment_id""")}
+    benchmarks = {r["deployment_id"]: r for r in rows(con, "select * from benchmark_runs")}
     uncovered = defaultdict(list)
     for row in rows(con, "select * from speedup_uncovered order by deployment_id, bucket_min"):
         uncovered[row["deployment_id"]].append(_pick(row, UNCOVERED_KEYS))
@@ -192,7 +188,7 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         notes.append("tpot_speedup compares time per output token from request timings; it is not matched on "
                       "batch size, so the load of a deployment and its baseline may differ")
     anomalies = rows(con, """select deployment_id, request_id, partition, kind, value, threshold, detail
-                             from request_anomalies
+                             from anomaly_listing
                              order by kind, value desc, request_id, partition, deployment_id""")
     anomaly_checks = rows(con, "select * from anomaly_checks order by deployment_id, kind")
     notes += _anomaly_notes(anomaly_checks)
@@ -357,17 +353,14 @@ def _input(summary: LoadSummary) -> dict[str, Any]:
     }
 
 
-MISMATCH_EXAMPLES = 3
-
-
 def output_tokens_mismatch(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
     """Per deployment with any, the requests whose output_tokens differ from 1 + Σ committed
-    of their clean rounds (view output_tokens_mismatch): how many, of how many checked, and
-    the first MISMATCH_EXAMPLES keys in key order."""
-    found = con.execute(f"""
-        select deployment_id, count(*), any_value(checked_requests),
-               list(request_key order by request_key)[1:{MISMATCH_EXAMPLES}]
-        from output_tokens_mismatch group by deployment_id order by deployment_id""").fetchall()
+    of their clean rounds (view output_tokens_mismatch_examples): how many, of how many
+    checked, and the first keys in key order."""
+    found = con.execute("""
+        select deployment_id, any_value(mismatched_requests), any_value(checked_requests),
+               list(request_key order by example)
+        from output_tokens_mismatch_examples group by deployment_id order by deployment_id""").fetchall()
     return {dep: {"requests": n, "checked_requests": checked, "examples": examples}
             for dep, n, checked, examples in found}
 

@@ -43,13 +43,24 @@ def partition_label_sql(columns: list[str]) -> str:
     return f"concat_ws(', ', {pairs})"
 
 
+def request_partitions_sql(columns: list[str]) -> str:
+    """The query of ``request_partitions`` over the requests table with partition
+    ``columns`` (DuckDB SQL; the Spark engine transpiles the same text). Without
+    columns it is empty, typed like the requests table's request_uid."""
+    label = partition_label_sql(columns) if columns else "cast(null as varchar)"
+    return f"select request_uid, {label} as partition from requests" + ("" if columns else " where false")
+
+
 def create_request_partitions(con: duckdb.DuckDBPyConnection, *, temporary: bool = False) -> list[str]:
-    """Create ``request_partitions``; returns the partition columns it names."""
+    """Create ``request_partitions``; returns the partition columns it names. Without a
+    requests table (the local finish of reduced traces: the views that list requests ran
+    on the cluster) it is empty."""
     columns = request_partition_columns(con)
     create = "create or replace temp view" if temporary else "create or replace view"
-    if columns:
-        con.execute(f"{create} request_partitions as "
-                    f"select request_uid, {partition_label_sql(columns)} as partition from requests")
+    has_requests = con.execute("select count(*) from duckdb_tables() where table_name = 'requests'").fetchone()[0] \
+        or con.execute("select count(*) from duckdb_views() where view_name = 'requests'").fetchone()[0]
+    if has_requests:
+        con.execute(f"{create} request_partitions as {request_partitions_sql(columns)}")
     else:
         con.execute(f"{create} request_partitions as select cast(null as ubigint) as request_uid, "
                     "cast(null as varchar) as partition where false")

@@ -29,7 +29,8 @@ from . import buckets
 from .views import DEFAULT_REPEAT_N, View, config_macros_sql, discover_views
 
 # Functions Spark SQL runs that sqlglot's Spark parser does not list by name.
-_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"xxhash64", "unix_micros", "timestamp_micros", "collect_set", "collect_list", "array_sort", "try_element_at", "isnan", "double", "conv"})
+_SPARK_BUILTINS_SQLGLOT_MISSES = frozenset({"xxhash64", "unix_micros", "timestamp_micros", "collect_set", "collect_list", "array_sort", "try_element_at", "isnan", "double", "conv",
+                                            "percentile", "named_struct", "transform"})
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,16 @@ class Macro:
     body: exp.Expression
 
 
-def macros(repeat_n: int = DEFAULT_REPEAT_N) -> dict[str, Macro]:
-    """Every macro the views may call, parsed from the same text that creates them in DuckDB."""
+def macros(repeat_n: int = DEFAULT_REPEAT_N, config=None) -> dict[str, Macro]:
+    """Every macro the views may call, parsed from the same text that creates them in DuckDB;
+    the thresholds are ``config``'s (an ``analysis.config.Config``), else the defaults."""
     parts = ", ".join(f"s[i - {j}]" for j in range(repeat_n, 0, -1))
     text = "\n".join([
         f"create macro repeat_n() as {repeat_n};",
         f"create macro ngram_hash(s, i) as hash({parts}, s[i]);",
         buckets.macros_sql(),
         (resource_dir("sql") / "macros.sql").read_text(encoding="utf-8"),
-        config_macros_sql(),
+        config_macros_sql(config),
     ])
     found = {}
     for statement in sqlglot.parse(text, read="duckdb"):
@@ -118,20 +120,44 @@ def _spark_form(node: exp.Expression) -> exp.Expression:
         node.set("expressions", [exp.Struct(expressions=e.expressions) if isinstance(e, exp.Tuple) else e
                                  for e in node.expressions])
         return node
+    if isinstance(node, exp.PercentileCont) and not isinstance(node.parent, exp.WithinGroup):
+        # quantile_cont(x, p): the exact quantile interpolated between the two nearest
+        # values, which is Spark's percentile (p may be an array: an array of quantiles)
+        return exp.Anonymous(this="percentile", expressions=[node.this, node.expression])
+    if isinstance(node, exp.Order) and isinstance(node.parent, exp.Corr):
+        # an ordered correlation fixes DuckDB's order of addition; Spark has no ordered aggregates
+        return node.this
     if isinstance(node, exp.Order) and isinstance(node.parent, (exp.Avg, exp.Sum)):
         # an ordered mean fixes the order DuckDB adds in (last-digit determinism);
         # Spark has no ordered aggregates, and its sum differs at most in those digits
         return node.this
     aggregate = node.this if isinstance(node, exp.Filter) else node
     if isinstance(aggregate, exp.ArrayAgg) and isinstance(aggregate.this, exp.Order):
-        # list(distinct g order by g) [filter (where ...)]: Spark collects a set and sorts it
         inner = aggregate.this.this
         distinct = isinstance(inner, exp.Distinct)
         value = inner.expressions[0] if distinct else inner
-        collected = exp.Anonymous(this="collect_set" if distinct else "collect_list", expressions=[value])
+        keys = [o.this for o in aggregate.this.expressions]
+        if any(o.args.get("desc") for o in aggregate.this.expressions):
+            raise sqlglot.errors.UnsupportedError("list(... order by ... desc) has no Spark form here")
+        if distinct or [k.sql() for k in keys] == [value.sql()]:
+            # list([distinct] g order by g) [filter (where ...)]: Spark collects a set or a
+            # list and sorts it
+            collected = exp.Anonymous(this="collect_set" if distinct else "collect_list", expressions=[value])
+            if isinstance(node, exp.Filter):
+                collected = exp.Filter(this=collected, expression=node.expression)
+            return exp.Anonymous(this="array_sort", expressions=[collected])
+        # list(x order by k1, k2 …): collect (k1, k2, …, x) structs, sort them (field by
+        # field, as the order by does), keep x
+        fields = []
+        for i, key in enumerate(keys):
+            fields += [exp.Literal.string(f"k{i}"), key.copy()]
+        fields += [exp.Literal.string("v"), value.copy()]
+        collected = exp.Anonymous(this="collect_list", expressions=[exp.Anonymous(this="named_struct",
+                                                                                  expressions=fields)])
         if isinstance(node, exp.Filter):
             collected = exp.Filter(this=collected, expression=node.expression)
-        return exp.Anonymous(this="array_sort", expressions=[collected])
+        return sqlglot.parse_one("transform(array_sort(c), e -> e.v)", read="spark").transform(
+            lambda n: collected if isinstance(n, exp.Column) and n.name == "c" else n)
     if isinstance(node, exp.Div) and not node.args.get("_spark_double"):
         # DuckDB's / divides as DOUBLE whatever the operands; Spark divides DECIMAL sums
         # as DECIMAL, rounded to the result's scale
@@ -171,9 +197,9 @@ def _spark_form(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def spark_macros(repeat_n: int = DEFAULT_REPEAT_N) -> dict[str, Macro]:
+def spark_macros(repeat_n: int = DEFAULT_REPEAT_N, config=None) -> dict[str, Macro]:
     """The macros with the bodies Spark needs where its form differs."""
-    known = dict(macros(repeat_n))
+    known = dict(macros(repeat_n, config))
     for name, body in _SPARK_MACRO_BODIES.items():
         known[name] = Macro(name, known[name].parameters, sqlglot.parse_one(body, read="spark"))
     return known

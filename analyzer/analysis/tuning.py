@@ -609,7 +609,8 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
     # rounds that drafted nothing and had nothing cut by a grammar: neither speculative nor fully invalidated
     no_draft = con.execute(
         "select coalesce(sum(num_rounds - num_spec_rounds - fully_invalidated_rounds), 0), "
-        "coalesce(sum(num_rounds), 0) from request_rounds where deployment_id = ?", [deployment_id]).fetchone()
+        "coalesce(sum(num_rounds), 0) from acceptance_totals where grouping = 'deployment' and deployment_id = ?",
+        [deployment_id]).fetchone()
     if no_draft[1] and no_draft[0] / no_draft[1] > NO_DRAFT_NOTE_SHARE:
         notes.append(f"{no_draft[0] / no_draft[1]:.1%} of {deployment_id}'s rounds proposed no draft (no match, "
                      f"or speculation off). E[L](γ) counts every round as drafting γ, so the predictions "

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..analysis import portable
+from ..analysis.views import DEFAULT_REPEAT_N
 from ..ingest import rules
 from ..ingest.load import LoadSummary, with_hashed_fallback
 from . import heavy
@@ -82,23 +83,26 @@ def _fetched(tables: dict[str, pa.Table], summary: LoadSummary, rejected_out: st
                    rejected_out, summary.rejected_total)
 
 
-def _load_and_reduce(spark, traces: str, date: str | None, progress: Progress | None):
+def _load_and_reduce(spark, traces: str, date: str | None, progress: Progress | None, config, repeat_n: int):
     """The load and the heavy pass, again with hashed link keys when the written ones are invalid."""
     def run(hashed):
         summary = load_on_spark(spark, traces, date=date, progress=progress, hashed_links=hashed,
                                 check_rounds=False)
-        return summary, heavy.reduced_frames(spark, summary, progress)
+        return summary, heavy.reduced_frames(spark, summary, progress, config, repeat_n)
 
     return with_hashed_fallback(run, lambda result: result[0], progress)
 
 
 def reduce_traces(traces: str, *, master: str | None = None, date: str | None = None,
                   progress: Progress | None = None, rejected_out: str | None = None,
-                  checkpoint_dir: str | None = None) -> tuple[dict[str, pa.Table], LoadSummary, Fetched]:
+                  checkpoint_dir: str | None = None, config=None, repeat_n: int = DEFAULT_REPEAT_N
+                  ) -> tuple[dict[str, pa.Table], LoadSummary, Fetched]:
     """The heavy pass on Spark; the reduced tables on the driver, as Arrow. Of the
-    rejected rows only their counts and a few examples come back (``_rejected_back``)."""
+    rejected rows only their counts and a few examples come back (``_rejected_back``).
+    The heavy views read ``config``'s thresholds (``analysis.config.Config``; the defaults
+    when None) and ``repeat_n``."""
     with _session(master, checkpoint_dir) as spark:
-        summary, frames = _load_and_reduce(spark, traces, date, progress)
+        summary, frames = _load_and_reduce(spark, traces, date, progress, config, repeat_n)
         del frames["rejected_rows"]
         tables = heavy.fetch(frames, progress)
         tables.update(_rejected_back(spark, summary, rejected_out, progress))
@@ -106,11 +110,11 @@ def reduce_traces(traces: str, *, master: str | None = None, date: str | None = 
 
 
 def write_reduced(traces: str, out: str, *, master: str | None = None, date: str | None = None,
-                  progress: Progress | None = None, checkpoint_dir: str | None = None
-                  ) -> tuple[LoadSummary, dict[str, int]]:
+                  progress: Progress | None = None, checkpoint_dir: str | None = None, config=None,
+                  repeat_n: int = DEFAULT_REPEAT_N) -> tuple[LoadSummary, dict[str, int]]:
     """The heavy pass on Spark, its reduced tables written as Parquet under ``out``."""
     with _session(master, checkpoint_dir) as spark:
-        summary, frames = _load_and_reduce(spark, traces, date, progress)
+        summary, frames = _load_and_reduce(spark, traces, date, progress, config, repeat_n)
         rows = heavy.write(spark, frames, qualified(out), summary, progress)
     return summary, rows
 

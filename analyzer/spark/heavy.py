@@ -4,10 +4,10 @@ Which views are heavy, and which of them come back, is declared in
 ``sql/scaleout.toml``; the views themselves are the ``sql/`` files, transpiled
 (``analysis.portable``). Nothing here restates a metric.
 
-What comes back ("the reduced traces") is the fetched heavy views plus the input
-tables the local finish reads: deployments, requests (token ids left on the
-cluster: only whether a request had them), intervals, the rejected rows and the
-metadata tables. ``fetch`` brings them to the driver as Arrow; ``write`` has Spark
+What comes back ("the reduced traces") is the fetched heavy views plus the
+deployments, a few of the rejected rows and the metadata tables: its size is bounded
+by the deployments, buckets, categories and request groups, not by the requests,
+rounds or intervals. ``fetch`` brings them to the driver as Arrow; ``write`` has Spark
 write them as Parquet (any path Spark can write, object storage included) for a
 later ``specan report DIR`` on a laptop.
 """
@@ -19,8 +19,9 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from ..analysis import portable
-from ..analysis.views import ROUND_AGGREGATES, dependency_order, discover_views, scaleout_split
+from ..analysis import buckets, portable
+from ..analysis.partitions import request_partitions_sql
+from ..analysis.views import DEFAULT_REPEAT_N, ROUND_AGGREGATES, dependency_order, discover_views, scaleout_split
 from ..errors import EnvironmentProblem, InternalError, first_line
 from ..ingest import rules
 from ..ingest.load import LoadSummary
@@ -33,15 +34,35 @@ Progress = Callable[[str], None]
 MANIFEST = "_specan_reduced.json"
 FORMAT_VERSION = 1
 
-_TOKEN_LISTS = ("prompt_token_ids", "output_token_ids")
+
+def create_relations(spark) -> None:
+    """The relations the heavy views read besides the tables and each other, from the
+    Python text the DuckDB engine creates them with: the ``buckets`` seed, each request's
+    partition values (``request_partitions``) and the slice relations, empty (``--by``
+    slices on the DuckDB engine only)."""
+    columns = [r[0] for r in spark.sql("select column_name from trace_columns where table_name = 'requests' "
+                                       "and `partition` order by column_name").collect()]
+    relations = {
+        "buckets": buckets.relation_sql(),
+        "request_partitions": request_partitions_sql(columns),
+        "slice_columns": "select cast(null as varchar) as slice_column, cast(null as integer) as position "
+                         "from deployments where false",
+        "request_slices": "select deployment_id, request_uid, cast(null as varchar) as slice_column, "
+                          "cast(null as varchar) as slice_value from requests where false",
+    }
+    for name, sql in relations.items():
+        spark.sql(portable.spark_sql(sql)).createOrReplaceTempView(name)
 
 
-def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None) -> dict:
+def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None, config=None,
+                   repeat_n: int = DEFAULT_REPEAT_N) -> dict:
     """Create every heavy view on ``spark`` (the clean tables must be there); return the
-    fetched ones as DataFrames, without the columns that stay on the cluster."""
+    fetched ones as DataFrames, without the columns that stay on the cluster. The views
+    read ``config``'s thresholds (the requests to look at are listed on the cluster)."""
     say = progress or (lambda _msg: None)
     views, split = discover_views(), scaleout_split()
-    known = portable.spark_macros()
+    known = portable.spark_macros(repeat_n, config)
+    create_relations(spark)
     for name in dependency_order(views):
         if name not in split.heavy:
             continue
@@ -63,20 +84,16 @@ def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None
     return {name: spark.table(name).drop(*columns) for name, columns in split.fetched.items()}
 
 
-def reduced_frames(spark, summary: LoadSummary, progress: Progress | None = None) -> dict:
+def reduced_frames(spark, summary: LoadSummary, progress: Progress | None = None, config=None,
+                   repeat_n: int = DEFAULT_REPEAT_N) -> dict:
     """Everything the local finish reads, as DataFrames: the fetched heavy views and the
-    input and metadata tables."""
-    frames = run_heavy_pass(spark, summary, progress)
+    deployments and metadata tables. The requests and intervals stay on the cluster: the
+    views that read them are heavy."""
+    frames = run_heavy_pass(spark, summary, progress, config, repeat_n)
     frames["deployments"] = spark.table("deployments")
     for name in rules.VERSIONS["deployments"]:
         frames[name] = spark.table(name)
-    requests = spark.table("requests")
-    # whether a request had token ids is all the local views read of them; the ids stay
-    requests = requests.selectExpr(*[
-        f"case when `{c}` is not null then cast(array() as {requests.schema[c].dataType.simpleString()}) end as `{c}`"
-        if c in _TOKEN_LISTS else f"`{c}`" for c in requests.columns])
-    frames["requests"] = requests
-    for name in ("intervals", "rejected_rows", "trace_tables", "trace_columns", "import_notes"):
+    for name in ("rejected_rows", "trace_tables", "trace_columns", "import_notes"):
         if spark.catalog.tableExists(name):
             frames[name] = spark.table(name)
     return frames

@@ -9,7 +9,9 @@
 with grouped as (
     select
         case
-            when grouping(category, temperature_bucket, structured_output) = 7 then 'deployment'
+            -- one column per grouping() call: Spark's takes one, DuckDB's several as a bit vector
+            when grouping(category) = 1 and grouping(temperature_bucket) = 1 and grouping(structured_output) = 1
+                then 'deployment'
             when grouping(category) = 0 then 'category'
             when grouping(temperature_bucket) = 0 then 'temperature_bucket'
             else 'structured_output'

@@ -1,5 +1,5 @@
--- Latency summaries per deployment and metric, computed once: ttft, tpot, e2el over
--- clean requests; itl over every streaming gap; max_stall over each request's largest gap.
+-- Latency summaries per deployment and metric, computed once: ttft, tpot, e2el and
+-- max_stall from request_latency_summary; itl over every streaming gap.
 -- Grain: one row per deployment_id, metric that has at least one value.
 --
 -- The gaps come from request_rounds (one list per request), so no pass here
@@ -7,18 +7,7 @@
 -- exact histogram (itl_histogram): quantile_cont's linear interpolation between
 -- the order statistics at floor and ceil of (n - 1)·p, found by cumulative
 -- counts, so the quantiles need no memory per gap.
--- one sample per request and metric: request_uid orders the mean's sum
-with samples as (
-    select deployment_id, request_uid, 'ttft' as metric, ttft_ms as value from request_latency
-    union all
-    select deployment_id, request_uid, 'tpot', tpot_ms from request_latency
-    union all
-    select deployment_id, request_uid, 'e2el', e2el_ms from request_latency
-    union all
-    select deployment_id, request_uid, 'max_stall', max_stall_ms from request_stalls
-),
-
-itl_ranked as (
+with itl_ranked as (
     select
         deployment_id,
         gap_us,
@@ -58,18 +47,8 @@ itl as (
     group by h.deployment_id
 )
 
-select
-    deployment_id,
-    metric,
-    count(value) as n,
-    -- a DOUBLE mean, added in the order of its values: every run adds it alike, whatever
-    -- the link keys (hashed or written) and however the requests were read
-    avg(value order by value) as mean,
-    quantile_cont(value, [0.5, 0.9, 0.95, 0.99]) as q,
-    max(value) as max
-from samples
-where value is not null
-group by deployment_id, metric
+select deployment_id, metric, n, mean, q, max
+from request_latency_summary
 union all
 select deployment_id, metric, n, mean, q, max
 from itl

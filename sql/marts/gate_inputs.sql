@@ -19,21 +19,6 @@ with has as (
     where table_name = 'requests'
 ),
 
-request_totals as (
-    select
-        deployment_id,
-        count(*) as num_requests,
-        count(matches_reference) as matches_checked,
-        count(*) filter (where matches_reference) as matches_true,
-        count(quality_score) as quality_n,
-        count(*) filter (where finish_reason in ('error', 'abort')) as failed_requests,
-        -- a DOUBLE mean, added in the order of its values: every run adds it alike, whatever
-        -- the link keys (hashed or written) and however the requests were read
-        avg(quality_score order by quality_score) as quality_mean
-    from requests
-    group by deployment_id
-),
-
 known as (
     select
         t.deployment_id,

@@ -40,15 +40,7 @@ positions as (
 ),
 
 tpot_sums as (
-    -- the requests tpot_speedup counts, per group
-    select
-        deployment_id,
-        request_group(deployment_id, request_id, epoch_us(arrival_time)) as request_group,
-        sum(date_diff('microsecond', first_token_time, finish_time)) as duration_us,
-        sum(output_tokens - 1) as tokens
-    from requests
-    where output_tokens > 1 and first_token_time is not null and finish_time is not null
-    group by all
+    select * from request_group_tpot
 ),
 
 groups as (

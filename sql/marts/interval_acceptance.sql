@@ -74,14 +74,19 @@ by_hour as (
 ),
 
 per_position as (
-    select
-        deployment_id,
-        hour,
-        benchmark,
-        unnest(range(1, array_length(accepted_per_position) + 1)) as position,
-        unnest(accepted_per_position) as accepted
-    from counted
-    where accepted_per_position is not null and num_drafts is not null
+    -- one unnest, then the list indexed: two unnests side by side zip in DuckDB but
+    -- multiply in Spark
+    select deployment_id, hour, benchmark, position, accepted_per_position[position] as accepted
+    from (
+        select
+            deployment_id,
+            hour,
+            benchmark,
+            accepted_per_position,
+            unnest(range(1, array_length(accepted_per_position) + 1)) as position
+        from counted
+        where accepted_per_position is not null and num_drafts is not null
+    )
 ),
 
 positions as (

@@ -11,21 +11,11 @@ with speculative as (
     select d.deployment_id, m.baseline_id, m.baseline_note
     from deployments as d
     left join matched_baseline as m on m.deployment_id = d.deployment_id
-    where d.method <> 'none' and d.deployment_id in (select deployment_id from log_intervals)
+    where d.method <> 'none' and d.deployment_id in (select deployment_id from log_interval_counts)
 ),
 
 intervals_by_deployment as (
-    select
-        deployment_id,
-        count(*) as log_intervals,
-        count(*) filter (where left_out is null) as usable_intervals,
-        count(*) filter (where left_out = 'no start') as intervals_without_start,
-        count(*) filter (where left_out = 'no throughput') as intervals_without_throughput,
-        count(*) filter (where left_out = 'no running count') as intervals_without_running,
-        count(*) filter (where left_out = 'idle') as idle_intervals,
-        cast(sum(token_us) filter (where left_out is null) as double) / 1e6 as usable_tokens
-    from log_intervals
-    group by deployment_id
+    select * from log_interval_counts
 ),
 
 covered as (

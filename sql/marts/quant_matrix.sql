@@ -58,14 +58,8 @@ quality_column as (
 ),
 
 quality as (
-    select
-        deployment_id,
-        -- a DOUBLE mean, added in the order of its values: every run adds it alike, whatever
-        -- the link keys (hashed or written) and however the requests were read
-        avg(quality_score order by quality_score) as mean_quality,
-        count(quality_score) as quality_requests
-    from requests
-    group by deployment_id
+    select deployment_id, quality_mean as mean_quality, quality_n as quality_requests
+    from request_totals
 ),
 
 scored as (

@@ -51,13 +51,18 @@ positions as (
     from (
         select deployment_id, channel, position, sum(accepted) as accepted
         from (
-            select
-                deployment_id,
-                channel,
-                unnest(range(1, array_length(accepted_per_position) + 1)) as position,
-                unnest(accepted_per_position) as accepted
-            from counted
-            where accepted_per_position is not null
+            -- one unnest, then the list indexed: two unnests side by side zip in DuckDB but
+            -- multiply in Spark
+            select deployment_id, channel, position, accepted_per_position[position] as accepted
+            from (
+                select
+                    deployment_id,
+                    channel,
+                    accepted_per_position,
+                    unnest(range(1, array_length(accepted_per_position) + 1)) as position
+                from counted
+                where accepted_per_position is not null
+            )
         )
         group by all
     )

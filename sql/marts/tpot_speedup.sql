@@ -9,21 +9,10 @@
 with per_token as (
     select
         deployment_id,
-        sum(date_diff('microsecond', first_token_time, finish_time)) filter (where timed) / 1000.0
-            / sum(output_tokens - 1) filter (where timed) as tpot_ms,
-        count(*) filter (where timed) as num_requests,
-        sum(output_tokens - 1) filter (where timed) / sum(output_tokens - 1) as timed_token_share
-    from (
-        select
-            deployment_id,
-            first_token_time,
-            finish_time,
-            output_tokens,
-            first_token_time is not null and finish_time is not null as timed
-        from requests
-        where output_tokens > 1
-    )
-    group by deployment_id
+        timed_duration_us / 1000.0 / timed_tokens as tpot_ms,
+        timed_requests as num_requests,
+        timed_tokens / tokens_after_first as timed_token_share
+    from request_totals
 )
 
 select

@@ -16,8 +16,10 @@ select
     generation_tokens_per_s,
     epoch_us(end_time) - epoch_us(start_time) as duration_us,
     cast(generation_tokens_per_s as decimal(18, 3)) * (epoch_us(end_time) - epoch_us(start_time)) as token_us,
-    -- 64 random subsets of the intervals, which the bootstrap resamples
-    hash(deployment_id, series, end_time) % 64 as interval_group,
+    -- 64 random subsets of the intervals, which the bootstrap resamples: md5 of the key,
+    -- the same on every engine (a scale-out engine groups them next to the files)
+    md5_prefix(deployment_id || '/' || coalesce(series, '') || '/' || cast(epoch_us(end_time) as varchar)) % 64
+        as interval_group,
     case
         when start_time is null or end_time <= start_time then 'no start'
         when generation_tokens_per_s is null then 'no throughput'
