@@ -102,7 +102,7 @@ def test_the_seed_ledger_on_spark(spark, tmp_path):
 
 
 def test_channels_agree_on_spark(spark, tmp_path):
-    # request_rounds comes back from Spark; channel_counts and reconciliation run locally on it
+    # channel_counts and reconciliation run on Spark; reconciliation's rows come back
     write_four_channels(tmp_path)
     duck, spark_doc = documents(tmp_path, spark)
     assert differences(duck, spark_doc) == []
@@ -112,7 +112,7 @@ def test_channels_agree_on_spark(spark, tmp_path):
 
 
 def test_requests_to_look_at_on_spark(spark, tmp_path):
-    # request_repetition's self_repeat columns run on Spark; the rules run locally on what comes back
+    # request_repetition's self_repeat columns and the rules run on Spark; the listing comes back
     write_traces(tmp_path, **anomaly_tables())
     duck, spark_doc = documents(tmp_path, spark)
     assert differences(duck, spark_doc) == []
@@ -121,7 +121,7 @@ def test_requests_to_look_at_on_spark(spark, tmp_path):
 
 
 def test_partitions_and_output_tokens_mismatch_on_spark(spark, tmp_path):
-    # request_rounds comes back from Spark; request_partitions and the two views run locally
+    # request_partitions and the two views run on Spark; the listing and the mismatch examples come back
     mismatch = mismatch_traces(tmp_path / "mismatch")
     duck, spark_doc = documents(mismatch, spark)
     assert differences(duck, spark_doc) == []
@@ -269,18 +269,23 @@ def test_load_out_then_report_the_directory_on_a_laptop(spark, tmp_path):
     runner = CliRunner()
     load = runner.invoke(main, ["load", f"file://{traces}", "--engine", "spark", "--out", str(out)])
     assert load.exit_code == 0, load.output
-    assert (out / "_specan_reduced.json").is_file() and (out / "request_rounds").is_dir()
-    assert not (out / "rounds").exists() and not (out / "steps").exists()   # nothing per round or step
+    assert (out / "_specan_reduced.json").is_file() and (out / "request_group_cells").is_dir()
+    # nothing per round, step, request or interval
+    for name in ("rounds", "steps", "requests", "intervals", "request_rounds", "request_repetition"):
+        assert not (out / name).exists()
     laptop = runner.invoke(main, ["report", str(out), "--format", "json"])
     assert laptop.exit_code == 0, laptop.output
     duck = runner.invoke(main, ["report", str(traces), "--format", "json"])
     assert differences(json.loads(duck.output), json.loads(laptop.output)) == []
     rounds = runner.invoke(main, ["sql", str(out), "select count(*) from round_facts"])
     assert rounds.exit_code == 2
-    assert ("(reduced traces: rounds, steps, baseline_decode_buckets, cost_steps, itl_gaps, request_decode_buckets, "
-            "round_facts, round_group_cells, "
-            "slice_metrics, slice_speedup, step_rounds, stream_emissions stay on the cluster; the other views "
-            "are here)") in rounds.output
+    # the input tables that stayed, then every view that reads them (the per-request ones
+    # ran on the cluster and came back reduced)
+    assert ("(reduced traces: rounds, steps, requests, intervals, baseline_decode_buckets, channel_counts, "
+            "cost_steps, itl_gaps, log_intervals, output_tokens_mismatch, request_acceptance, request_anomalies, "
+            "request_decode_buckets, request_gaps_unpacked, request_latency, request_repetition, request_rounds, "
+            "request_stalls, round_facts, round_group_cells, slice_metrics, slice_requests, slice_speedup, "
+            "step_rounds, stream_emissions stay on the cluster; the other views are here)") in rounds.output
 
 
 def test_validate_and_sql_on_spark(spark, tmp_path):

@@ -72,11 +72,13 @@ def _ts(us: np.ndarray) -> pa.Array:
     return pa.array(us.astype("int64"), type=pa.int64()).cast(pa.timestamp("us", tz="UTC"))
 
 
-def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], None] | None = None) -> dict[str, int]:
-    """Write about ``rounds`` rounds (rounded down to whole requests per deployment)."""
+def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], None] | None = None,
+                  rounds_per_request: int = ROUNDS_PER_REQUEST) -> dict[str, int]:
+    """Write about ``rounds`` rounds (rounded down to whole requests per deployment), in
+    requests of ``rounds_per_request`` rounds (fewer: more requests for the same rounds)."""
     say = progress or (lambda _m: None)
     out = Path(outdir)
-    per_dep = max(rounds // 2 // ROUNDS_PER_REQUEST, 1) * ROUNDS_PER_REQUEST
+    per_dep = max(rounds // 2 // rounds_per_request, 1) * rounds_per_request
     counts = {"deployments": len(DEPLOYMENTS), "requests": 0, "steps": 0, "rounds": 0}
     for table in ("rounds", "steps", "requests"):
         (out / table).mkdir(parents=True, exist_ok=True)
@@ -104,12 +106,12 @@ def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], Non
             "num_prefill_tokens": pa.array(np.zeros(len(batches), np.int32)),
         }), out / "steps" / f"{dep}.parquet")
         counts["steps"] += len(batches)
-        num_requests = per_dep // ROUNDS_PER_REQUEST
+        num_requests = per_dep // rounds_per_request
         ids = pa.array([f"{dep}-{i:08d}" for i in range(num_requests)])
         request_uids = np.array(link_uids([dep] * num_requests, ids.to_pylist()), dtype=np.int64)
-        first_round = np.arange(num_requests) * ROUNDS_PER_REQUEST
+        first_round = np.arange(num_requests) * rounds_per_request
         first_step = step_of_round[first_round]
-        last_step = step_of_round[first_round + ROUNDS_PER_REQUEST - 1]
+        last_step = step_of_round[first_round + rounds_per_request - 1]
         arrival = step_start[first_step] - 50_000
         pq.write_table(pa.table({
             "deployment_id": pa.array([dep] * num_requests).dictionary_encode(),
@@ -120,7 +122,7 @@ def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], Non
             "first_token_time": _ts(step_start[first_step] - 1),
             "finish_time": _ts(step_end[last_step]),
             "prompt_tokens": pa.array(np.full(num_requests, 512, np.int32)),
-            "output_tokens": pa.array(_output_tokens(method, num_requests)),
+            "output_tokens": pa.array(_output_tokens(method, num_requests, rounds_per_request)),
             "finish_reason": pa.array(["stop"] * num_requests).dictionary_encode(),
         }), out / "requests" / f"{dep}.parquet")
         counts["requests"] += num_requests
@@ -128,15 +130,15 @@ def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], Non
             hi = min(lo + CHUNK_ROUNDS, per_dep)
             say(f"{dep}: rounds {lo:,}..{hi:,}")
             idx = np.arange(lo, hi)
-            round_idx = (idx % ROUNDS_PER_REQUEST).astype(np.int32)
-            request = idx // ROUNDS_PER_REQUEST
+            round_idx = (idx % rounds_per_request).astype(np.int32)
+            request = idx // rounds_per_request
             if method == "none":
                 drafts = np.zeros(len(idx), np.int32)
                 accepted = np.zeros(len(idx), np.int32)
             else:
                 drafts = np.full(len(idx), gamma, np.int32)
                 accepted = K_PATTERN[idx % len(K_PATTERN)]
-            stop = pa.array(np.where(round_idx == ROUNDS_PER_REQUEST - 1, "eos", None))
+            stop = pa.array(np.where(round_idx == rounds_per_request - 1, "eos", None))
             pq.write_table(pa.table({
                 "deployment_id": pa.DictionaryArray.from_arrays(np.zeros(len(idx), np.int32), [dep]),
                 "request_id": pa.DictionaryArray.from_arrays(request.astype(np.int32), ids),
@@ -154,10 +156,10 @@ def simulate_fast(outdir: str | Path, rounds: int, progress: Callable[[str], Non
     return counts
 
 
-def _output_tokens(method: str, num_requests: int) -> np.ndarray:
+def _output_tokens(method: str, num_requests: int, rounds_per_request: int) -> np.ndarray:
     """1 prefill token plus the tokens its rounds commit (K + 1 each, K from the pattern)."""
     if method == "none":
-        return np.full(num_requests, 1 + ROUNDS_PER_REQUEST, np.int32)
-    idx = np.arange(num_requests * ROUNDS_PER_REQUEST)
+        return np.full(num_requests, 1 + rounds_per_request, np.int32)
+    idx = np.arange(num_requests * rounds_per_request)
     committed = K_PATTERN[idx % len(K_PATTERN)] + 1
-    return (1 + committed.reshape(num_requests, ROUNDS_PER_REQUEST).sum(axis=1)).astype(np.int32)
+    return (1 + committed.reshape(num_requests, rounds_per_request).sum(axis=1)).astype(np.int32)
