@@ -120,6 +120,29 @@ def test_requests_to_look_at_on_spark(spark, tmp_path):
             for a in spark_doc["anomalies"]] == EXPECTED_ANOMALIES
 
 
+def test_the_anomaly_thresholds_and_listing_of_a_config_apply_on_the_cluster(spark, tmp_path):
+    # the requests to look at are found on Spark: --config's [anomalies] must reach it.
+    # At a ratio of 0.9 "at_ratio" (0.8) is no longer looping; of the two that are, the
+    # listing keeps the larger one, and anomaly_checks still counts both
+    traces = write_traces(tmp_path / "traces", **anomaly_tables())
+    config = tmp_path / "gates.toml"
+    config.write_text("[anomalies]\nlooping_min_self_repeat_ratio = 0.9\nlisted_per_kind = 1\n")
+    runner = CliRunner()
+    docs = []
+    for engine in ("duckdb", "spark"):
+        run = runner.invoke(main, ["report", str(traces), "--format", "json", "--config", str(config),
+                                   "--engine", engine])
+        assert run.exit_code == 0, run.output
+        docs.append(json.loads(run.output))
+    duck, spark_doc = docs
+    assert differences(duck, spark_doc) == []
+    assert [tuple(a[k] for k in ("deployment_id", "request_id", "kind", "value", "threshold"))
+            for a in spark_doc["anomalies"]] == [("loop", "no_prompt", "looping", 60 / 61, 0.9),
+                                                  *EXPECTED_ANOMALIES[3:]]
+    (loop,) = [c for c in spark_doc["anomaly_checks"] if (c["deployment_id"], c["kind"]) == ("loop", "looping")]
+    assert loop["flagged"] == 2
+
+
 def test_partitions_and_output_tokens_mismatch_on_spark(spark, tmp_path):
     # request_partitions and the two views run on Spark; the listing and the mismatch examples come back
     mismatch = mismatch_traces(tmp_path / "mismatch")
