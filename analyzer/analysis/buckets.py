@@ -123,17 +123,20 @@ def macros_sql() -> str:
             statements.append(f"create or replace macro {kind}_bucket_min(label) as case label {mins} end")
     statements.append(_cell_macro())
     statements.append(_dot_products_macro())
-    rows = ", ".join(f"({_literal(b.kind)}, {b.position}, {_literal(b.label)}, {_literal(b.lowest)}, "
-                     f"{_literal(b.highest)})" for b in seed())
     statements.append("create or replace table buckets (kind varchar, position integer, label varchar, "
-                      f"lowest double, highest double);\ninsert into buckets values {rows}")
+                      f"lowest double, highest double);\ninsert into buckets values {_seed_rows()}")
     return ";\n".join(statements) + ";\n"
+
+
+def _seed_rows() -> str:
+    """The seed's rows as SQL value tuples (kind, position, label, lowest, highest)."""
+    return ", ".join(f"({_literal(b.kind)}, {b.position}, {_literal(b.label)}, {_literal(b.lowest)}, "
+                     f"{_literal(b.highest)})" for b in seed())
 
 
 def relation_sql() -> str:
     """The ``buckets`` table as one query (for an engine that creates it as a view: Spark)."""
-    rows = ", ".join(f"({_literal(b.kind)}, {b.position}, {_literal(b.label)}, {_literal(b.lowest)}, "
-                     f"{_literal(b.highest)})" for b in seed())
+    rows = _seed_rows()
     return ("select cast(kind as varchar) as kind, cast(position as integer) as position, "
             "cast(label as varchar) as label, cast(lowest as double) as lowest, cast(highest as double) as highest "
             f"from (values {rows}) as t(kind, position, label, lowest, highest)")
