@@ -136,7 +136,6 @@ def _seed_rows() -> str:
 
 def relation_sql() -> str:
     """The ``buckets`` table as one query (for an engine that creates it as a view: Spark)."""
-    rows = _seed_rows()
     return ("select cast(kind as varchar) as kind, cast(position as integer) as position, "
             "cast(label as varchar) as label, cast(lowest as double) as lowest, cast(highest as double) as highest "
-            f"from (values {rows}) as t(kind, position, label, lowest, highest)")
+            f"from (values {_seed_rows()}) as t(kind, position, label, lowest, highest)")

@@ -57,9 +57,8 @@ def create_request_partitions(con: duckdb.DuckDBPyConnection, *, temporary: bool
     on the cluster) it is empty."""
     columns = request_partition_columns(con)
     create = "create or replace temp view" if temporary else "create or replace view"
-    has_requests = con.execute("select count(*) from duckdb_tables() where table_name = 'requests'").fetchone()[0] \
-        or con.execute("select count(*) from duckdb_views() where view_name = 'requests'").fetchone()[0]
-    if has_requests:
+    # tables and views alike
+    if con.execute("select count(*) from information_schema.tables where table_name = 'requests'").fetchone()[0]:
         con.execute(f"{create} request_partitions as {request_partitions_sql(columns)}")
     else:
         con.execute(f"{create} request_partitions as select cast(null as ubigint) as request_uid, "

@@ -39,14 +39,10 @@ positions as (
     where kind = 'batch' and position > 0
 ),
 
-tpot_sums as (
-    select * from request_group_tpot
-),
-
 groups as (
     select deployment_id, request_group from cells
     union
-    select deployment_id, request_group from tpot_sums
+    select deployment_id, request_group from request_group_tpot
 ),
 
 group_totals as (
@@ -65,7 +61,7 @@ group_totals as (
         from cells
         group by deployment_id, request_group
     ) as c on c.deployment_id = g.deployment_id and c.request_group = g.request_group
-    left join tpot_sums as t on t.deployment_id = g.deployment_id and t.request_group = g.request_group
+    left join request_group_tpot as t on t.deployment_id = g.deployment_id and t.request_group = g.request_group
 ),
 
 bucket_cells as (

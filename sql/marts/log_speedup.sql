@@ -14,10 +14,6 @@ with speculative as (
     where d.method <> 'none' and d.deployment_id in (select deployment_id from log_interval_counts)
 ),
 
-intervals_by_deployment as (
-    select * from log_interval_counts
-),
-
 covered as (
     select
         deployment_id,
@@ -75,7 +71,7 @@ select
              || 'each (the most: ' || h.most_of_both || '; [evidence] min_log_intervals)'
     end as log_speedup_note
 from speculative as s
-left join intervals_by_deployment as i on i.deployment_id = s.deployment_id
-left join intervals_by_deployment as b on b.deployment_id = s.baseline_id
+left join log_interval_counts as i on i.deployment_id = s.deployment_id
+left join log_interval_counts as b on b.deployment_id = s.baseline_id
 left join covered as c on c.deployment_id = s.deployment_id
 left join shared as h on h.deployment_id = s.deployment_id
