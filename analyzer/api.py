@@ -515,10 +515,10 @@ def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tup
 
 def report_document(ws: Workspace, config=None, progress: Progress | None = None) -> dict:
     """The report as a JSON-ready document (docs/metrics.md), with gate results under ``gates``."""
-    from .analysis.evidence import speedup_evidence
-    from .analysis.gates import evaluate_gates
+    from .decide.evidence import speedup_evidence
+    from .decide.gates import evaluate_gates
     from .analysis.metrics import collect
-    from .analysis.verdict import verdicts
+    from .decide.verdict import verdicts
     from .analysis.quant import quant_matrix
 
     if config is not None:
@@ -552,7 +552,7 @@ def tuning_document(con, deployment_ids: list[str]) -> dict:
 
 def gates_failed(doc: dict) -> bool:
     """A check blocks some speculative deployment (``report --check``, ``nightly``: exit 1)."""
-    from .analysis.verdict import any_blocked
+    from .decide.verdict import any_blocked
 
     return any_blocked(doc.get("verdict") or [])
 

@@ -4,7 +4,7 @@
 ``OUT/D/report.{md,json,html}`` (each checked before the analysis runs, written
 aside and renamed), compares D's headline metrics with up to
 ``window_days`` earlier dates in ``OUT/history.parquet`` that were not flagged
-themselves (``history.check_regressions``: past the threshold and the window's
+themselves (``decide.regression.check_regressions``: past the threshold and the window's
 robust spread, only with ``min_history_dates`` earlier dates, and from
 ``[nightly] accept_since`` on when D is on or after it), and then upserts D's
 rows into that history (written aside and renamed). The history holds no flags:
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import api
 from .analysis import history
+from .decide import regression
 from .analysis.config import Config, load_config
 from .errors import EnvironmentProblem, InputProblem
 from .ingest.load import Progress
@@ -84,7 +85,7 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
     with history.locked(history_path, timeout=lock_timeout):
         previous = history.read_history(history_path)
         combined = history.merge(previous, today)
-        doc["regression_check"], doc["regressions"] = history.check_regressions(
+        doc["regression_check"], doc["regressions"] = regression.check_regressions(
             combined, day, config.regression, config.nightly)
 
         if progress:

@@ -5,7 +5,7 @@
 
 It simulates ``--days`` days (``specan simulate``, ``--seed`` 0, 200 requests a day, cached
 under bench/data/), runs ``specan nightly`` for each date in order into a scratch
-directory, and then asks ``history.check_regressions`` about that history:
+directory, and then asks ``regression.check_regressions`` about that history:
 
 - unchanged: every date as it is, so every flag is a false alarm;
 - one bad day: each date with enough history, each deployment and checked metric
@@ -32,6 +32,7 @@ from pathlib import Path
 import polars as pl
 
 from analyzer.analysis import history
+from analyzer.decide import regression
 from analyzer.analysis.config import Nightly, Regression, load_config
 from analyzer.nightly import run_nightly
 from analyzer.simulate.traces import simulate
@@ -69,7 +70,7 @@ def old_rule_flags(data: pl.DataFrame, date: dt.date) -> set[tuple[str, str]]:
         own = earlier.filter(pl.col("deployment_id") == row["deployment_id"]).sort("date").tail(RULE.window_days)
         if own.height < RULE.min_history_dates:
             continue
-        for metric, (threshold_key, direction) in history.CHECKED.items():
+        for metric, (threshold_key, direction) in regression.CHECKED.items():
             window = own.get_column(metric).drop_nulls().to_list()
             value = row[metric]
             if value is None or len(window) < RULE.min_history_dates:
@@ -85,7 +86,7 @@ def old_rule_flags(data: pl.DataFrame, date: dt.date) -> set[tuple[str, str]]:
 
 
 def new_rule_flags(data: pl.DataFrame, date: dt.date, nightly: Nightly | None = None) -> set[tuple[str, str]]:
-    return {(r["deployment_id"], r["metric"]) for r in history.check_regressions(data, date, RULE, nightly)[1]}
+    return {(r["deployment_id"], r["metric"]) for r in regression.check_regressions(data, date, RULE, nightly)[1]}
 
 
 RULES = {"new": new_rule_flags, "old": old_rule_flags}
@@ -100,12 +101,12 @@ def study(data: pl.DataFrame) -> dict:
     dates = data.get_column("date").unique().sort().to_list()
     checked = dates[RULE.min_history_dates:]
     present = {m: sorted(data.filter(pl.col(m).is_not_null()).get_column("deployment_id").unique().to_list())
-               for m in history.CHECKED}
+               for m in regression.CHECKED}
     result: dict = {"dates": len(dates), "checked_dates": len(checked),
-                    "deployments": {m: present[m] for m in history.CHECKED}}
+                    "deployments": {m: present[m] for m in regression.CHECKED}}
     for name, flags_of in RULES.items():
         unchanged = Counter()
-        unchanged_dates: dict[str, list[str]] = {m: [] for m in history.CHECKED}
+        unchanged_dates: dict[str, list[str]] = {m: [] for m in regression.CHECKED}
         for date in checked:
             for deployment, metric in sorted(flags_of(data, date)):
                 unchanged[metric] += 1
@@ -117,10 +118,10 @@ def study(data: pl.DataFrame) -> dict:
                     one_day[metric] += (deployment, metric) in flags_of(
                         worsened(data, deployment, metric, date, date), date)
         result[name] = {
-            "unchanged_flags": {m: unchanged[m] for m in history.CHECKED},
+            "unchanged_flags": {m: unchanged[m] for m in regression.CHECKED},
             "unchanged_flagged": unchanged_dates,
-            "one_bad_day_caught": {m: one_day[m] for m in history.CHECKED},
-            "one_bad_day_cases": {m: len(present[m]) * len(checked) for m in history.CHECKED},
+            "one_bad_day_caught": {m: one_day[m] for m in regression.CHECKED},
+            "one_bad_day_cases": {m: len(present[m]) * len(checked) for m in regression.CHECKED},
             "lasting_drop": lasting(data, checked, present, flags_of),
         }
     result["new"]["lasting_drop_accepted"] = accepted(data, checked, present)
@@ -177,16 +178,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--days", type=int, default=21)
     parser.add_argument("--seed", type=int, default=0, help="the simulation's seed")
-    parser.add_argument("--spread-sds", type=float, nargs="*", default=[history.SPREAD_SDS],
-                        help="multiples of 1.4826 · MAD to study (default: the shipped history.SPREAD_SDS)")
+    parser.add_argument("--spread-sds", type=float, nargs="*", default=[regression.SPREAD_SDS],
+                        help="multiples of 1.4826 · MAD to study (default: the shipped regression.SPREAD_SDS)")
     args = parser.parse_args()
     data = daily_history(args.days, args.seed)
-    shipped = history.SPREAD_SDS
+    shipped = regression.SPREAD_SDS
     results = {}
     for k in args.spread_sds:
-        history.SPREAD_SDS = k
+        regression.SPREAD_SDS = k
         results[f"{k:g}"] = study(data)
-    history.SPREAD_SDS = shipped
+    regression.SPREAD_SDS = shipped
     RESULTS.mkdir(exist_ok=True)
     name = "nightly_study" + (f"_s{args.seed}" if args.seed else "") + ("" if args.spread_sds == [shipped] else "_sweep")
     out = RESULTS / f"{name}.json"

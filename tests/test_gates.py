@@ -12,7 +12,7 @@ import pytest
 
 from analyzer import api
 from analyzer.analysis.config import Config, parse_config
-from analyzer.analysis.gates import blocking_checks, evaluate_gates
+from analyzer.decide.gates import blocking_checks, evaluate_gates
 from analyzer.render.gates import render_gates_markdown
 from tracebuilder import at, deployment, round_row, write_table, write_traces, request, step
 
@@ -535,7 +535,7 @@ def test_order_and_shape(tmp_path):
 
 
 def test_unknown_is_never_pass_at_gate_level():
-    from analyzer.analysis.gates import _gate
+    from analyzer.decide.gates import _gate
     c = {"name": "x", "value": 1.0, "threshold": 1.0, "status": "pass", "reason": None}
     u = {"name": "y", "value": None, "threshold": 1.0, "status": "unknown", "reason": "missing"}
     f = {"name": "z", "value": 2.0, "threshold": 1.0, "status": "fail", "reason": None}

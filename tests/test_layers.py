@@ -1,4 +1,4 @@
-"""The package layers: ingest → analysis → render, with the CLI on top. An import
+"""The package layers: ingest → analysis → decide → render, with the CLI on top. An import
 that points up the stack (analysis importing render, say) or across two packages
 of the same rank is a failure, so the tree keeps showing the data flow."""
 
@@ -11,8 +11,8 @@ PACKAGE = Path(analyzer.__file__).resolve().parent
 
 # Rank of each top-level part of the package: a module may import parts of a lower
 # rank, and modules of its own part.
-RANK = {"resources": 0, "errors": 0, "outputs": 1, "ingest": 1, "analysis": 2, "render": 3, "simulate": 3,
-        "spark": 3, "api": 4, "nightly": 5, "cli": 6, "__main__": 7, "__init__": 0}
+RANK = {"resources": 0, "errors": 0, "outputs": 1, "ingest": 1, "analysis": 2, "decide": 3, "simulate": 3,
+        "spark": 3, "render": 4, "api": 5, "nightly": 6, "cli": 7, "__main__": 8, "__init__": 0}
 
 
 def part_of(module: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer import outputs
-from analyzer.analysis import history
+from analyzer.decide import regression
 from analyzer.analysis.config import Regression
 from analyzer.cli import main
 from analyzer.errors import EnvironmentProblem
@@ -176,7 +176,7 @@ def test_no_earlier_date_means_nothing_is_checked():
     day = dt.date(2026, 11, 28)
     frame = pl.DataFrame([{"date": day, "deployment_id": "spec", "mean_accept_length": 1.0, "speedup": 0.1,
                            "tpot_p99": 99.0}])
-    check, flagged = history.check_regressions(frame, day, Regression())
+    check, flagged = regression.check_regressions(frame, day, Regression())
     assert flagged == []
     assert check == {"status": "insufficient_history", "earlier_dates": 0, "needed": 3, "window_days": 7,
                      "not_checked": [], "accepted_since": {}}
@@ -190,7 +190,7 @@ def test_window_takes_the_latest_dates_and_skips_nulls_and_zero_baselines():
     rows = [{"date": d, "deployment_id": "spec", "mean_accept_length": 0.0 if d.day < 28 else 1.0,
              "speedup": (1.0 if d.day < 25 else 2.0) if d.day < 28 else 1.8, "tpot_p99": None} for d in days]
     frame = pl.DataFrame(rows)
-    check, flagged = history.check_regressions(frame, days[-1], Regression(window_days=3))
+    check, flagged = regression.check_regressions(frame, days[-1], Regression(window_days=3))
     # speedup 1.8 vs median 2.0: -10%, past the 5% threshold and the window's spread (0: three equal days,
     # MAD 0); accept length's baseline is 0 and tpot is null: skipped
     assert flagged == [{"deployment_id": "spec", "metric": "speedup", "value": 1.8, "baseline": 2.0,
@@ -199,7 +199,7 @@ def test_window_takes_the_latest_dates_and_skips_nulls_and_zero_baselines():
                         "flagged_since": "2026-11-28"}]
     assert check["status"] == "checked" and check["earlier_dates"] == 3
     # with a 9-day window the median of 1,1,1,1,1,2,2,2 is 1.0: a rise, not flagged
-    assert history.check_regressions(frame, days[-1], Regression(window_days=9))[1] == []
+    assert regression.check_regressions(frame, days[-1], Regression(window_days=9))[1] == []
 
 
 def test_bad_date_is_a_usage_error(tmp_path, loose):

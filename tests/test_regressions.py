@@ -1,7 +1,7 @@
 """The nightly regression rule (issues 16 and 22): enough history, past the threshold and past the
 window's robust spread, and a window of earlier dates that were not flagged themselves.
 
-The rule (analyzer/analysis/history.py, docs/commands.md "Regressions"): with at
+The rule (analyzer/decide/regression.py, docs/commands.md "Regressions"): with at
 least min_history_dates earlier dates, a metric is flagged when its change
 against the window's median is past max(threshold, spread), where spread =
 4 · 1.4826 · MAD / median (MAD: the median of |value − median| over the window).
@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from analyzer.analysis import history
+from analyzer.decide import regression
 from analyzer.analysis.config import ConfigError, Nightly, Regression, load_config
 from analyzer.cli import main
 from analyzer.render import markdown
@@ -60,7 +60,7 @@ def frame(earlier: list[tuple], today: tuple, deployment: str = "spec") -> pl.Da
 
 
 def check(data: pl.DataFrame, date: dt.date = TODAY, accept_since=None, **rule) -> tuple[dict, list[dict]]:
-    return history.check_regressions(data, date, Regression(**rule), Nightly(accept_since=accept_since))
+    return regression.check_regressions(data, date, Regression(**rule), Nightly(accept_since=accept_since))
 
 
 def checked(earlier: int, accepted: dict | None = None) -> dict:
@@ -316,9 +316,9 @@ def test_min_history_dates_is_configurable(tmp_path):
     path.write_text("[regression]\nmin_history_dates = 5\nwindow_days = 5\n")
     rule = load_config(path).regression
     assert (rule.min_history_dates, rule.window_days) == (5, 5)
-    assert history.check_regressions(frame(NOISY[:4], (0.5, 1.0, 90.0)), TODAY, rule)[0]["status"] == \
+    assert regression.check_regressions(frame(NOISY[:4], (0.5, 1.0, 90.0)), TODAY, rule)[0]["status"] == \
         "insufficient_history"
-    assert history.check_regressions(frame(NOISY, (0.5, 1.0, 90.0)), TODAY, rule)[0]["status"] == "checked"
+    assert regression.check_regressions(frame(NOISY, (0.5, 1.0, 90.0)), TODAY, rule)[0]["status"] == "checked"
 
 
 @pytest.mark.parametrize("text, key, message", [

@@ -11,8 +11,8 @@ import pytest
 from analyzer import api
 from analyzer.analysis.precision import supported_decimals, with_interval
 from analyzer.analysis.config import Config
-from analyzer.analysis.evidence import speedup_evidence
-from analyzer.analysis.verdict import any_blocked, failed_check_text, shared_findings, verdicts
+from analyzer.decide.evidence import speedup_evidence
+from analyzer.decide.verdict import any_blocked, failed_check_text, shared_findings, verdicts
 from tracebuilder import deployment, request, round_row, step, write_traces
 
 

@@ -129,7 +129,7 @@ class Gates:
 
 @dataclass(frozen=True)
 class Regression:
-    """The nightly regression rule (analyzer/analysis/history.py, docs/commands.md "Regressions")."""
+    """The nightly regression rule (analyzer/decide/regression.py, docs/commands.md "Regressions")."""
 
     window_days: int = 7
     # Below this many earlier dates a median and a spread say nothing: the run says

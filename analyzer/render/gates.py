@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.gates import AT_LEAST, AT_MOST, CHECKS, GATES, PASS
+from ..decide.gates import AT_LEAST, AT_MOST, CHECKS, GATES, PASS
 from .cells import DASH, num, pct, table
 
 

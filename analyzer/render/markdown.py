@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from ..analysis import history
+from ..decide import regression
 from ..analysis.buckets import labels
 from ..analysis.precision import with_interval
 from .cells import DASH, cell, is_missing, num, pct, shown_ratio, table, times
@@ -131,7 +131,7 @@ def _regressions(doc: dict) -> str:
              _window(r["window_dates"]), str(len(r["excluded_flagged_dates"]))) for r in doc["regressions"]]
     return (head + flags + "\nEach change is against the median of its window, the latest earlier dates not "
             "flagged themselves, and past its limit: the larger of its threshold and the window's spread, "
-            f"{history.SPREAD_SDS:g} × 1.4826 × MAD / median.\n\n"
+            f"{regression.SPREAD_SDS:g} × 1.4826 × MAD / median.\n\n"
             + table(["deployment", "metric", "median before", "spread", "limit", "window", "flagged dates left out"],
                     body))
 
@@ -209,7 +209,7 @@ def _reconciliation_findings(doc: dict) -> list[str]:
 def _service_level_findings(doc: dict) -> list[str]:
     """Each latency target a deployment and its baseline miss alike, stated once per pair: a
     service-level problem that speculation does not cause, so it blocks nothing."""
-    from ..analysis.verdict import shared_findings
+    from ..decide.verdict import shared_findings
 
     return [f"- {sentence[0].upper()}{sentence[1:]}. A service-level problem that speculation does not cause: "
             "it blocks nothing (Deployment gates)." for sentence in shared_findings(doc)]

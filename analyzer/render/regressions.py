@@ -22,7 +22,7 @@ def _since(accepted: dict[str, str]) -> str:
 
 
 def status_lines(check: dict, flagged: list[dict]) -> list[str]:
-    """The outcome of ``regression_check`` (analyzer/analysis/history.py) as one line, plus one
+    """The outcome of ``regression_check`` (analyzer/decide/regression.py) as one line, plus one
     line naming the deployments left unchecked for want of their own history, if any."""
     accepted = check.get("accepted_since") or {}
     if check["status"] == "insufficient_history":

@@ -3,7 +3,7 @@
 -- same check (baseline_*): a speculative deployment is gated on what speculation
 -- changes, so each latency check and the failed share are compared with its
 -- baseline's. Thresholds come from --config, so pass/fail/shared/unknown is decided
--- in analyzer/analysis/gates.py, not here.
+-- in analyzer/decide/gates.py, not here.
 --   match_rate   = requests with matches_reference = true / requests where it is not null
 --   quality_drop = matched baseline's mean quality_score − this deployment's
 --   failed_share = requests with finish_reason error or abort / requests

@@ -3,7 +3,7 @@ capacity (docs/commands.md, "Gates").
 
     >>> from analyzer import api
     >>> from analyzer.analysis.config import load_config
-    >>> from analyzer.analysis.gates import evaluate_gates, blocking_checks
+    >>> from analyzer.decide.gates import evaluate_gates, blocking_checks
     >>> with api.open_traces("sample_traces/") as ws:
     ...     results = evaluate_gates(ws.con, load_config(None))
     >>> sorted({g["gate"] for g in results})
@@ -72,7 +72,7 @@ from typing import Any
 
 import duckdb
 
-from .config import Config
+from ..analysis.config import Config
 
 GATES = ("correctness", "quality", "latency", "capacity")
 BASELINE_GATES = ("latency", "capacity")

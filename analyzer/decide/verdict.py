@@ -40,9 +40,9 @@ import json
 import math
 from typing import Any
 
-from .config import Config
+from ..analysis.config import Config
 from .gates import FAIL, SHARED, UNKNOWN, blocking_checks
-from .precision import with_interval
+from ..analysis.precision import with_interval
 
 # How a check reads in a sentence: its label, and how its value is written.
 CHECK_LABELS: dict[str, tuple[str, str]] = {
