@@ -114,13 +114,15 @@ def test_every_replicate_covers_the_same_buckets_and_the_rest_are_dropped(tmp_pa
         # the replicates in which w's group draws 0 (its weight, through the view's macros)
         (group,) = ws.con.execute("select request_group from request_rounds where request_id = 'w'").fetchone()
         zero = ws.con.execute("select count(*) from range(intervals_replicates()) as r(i) where "
-                              "poisson_weight(hash(intervals_seed(), 'base', i, ?)) = 0", [group]).fetchone()[0]
+                              "bootstrap_weight('base', i, ?, intervals_seed()) = 0", [group]).fetchone()[0]
     finally:
         ws.close()
-    assert used == (REPLICATES - zero, REPLICATES)
+    # every replicate that weighs w's group 0 is dropped; a few more are, where spec's own
+    # groups in a bucket all draw 0 (its 10 requests fall in 10 groups: e^-10 each bucket)
+    assert used[1] == REPLICATES and REPLICATES - zero - 10 <= used[0] <= REPLICATES - zero
     # Poisson(1) is 0 with probability 1/e: 5,886 of 16,000, σ = 61
     assert abs(zero - REPLICATES / np.e) < 4 * np.sqrt(REPLICATES * np.exp(-1) * (1 - np.exp(-1)))
-    assert (f"spec: the speedup interval rests on {REPLICATES - zero:,} of {REPLICATES:,} bootstrap replicates; "
+    assert (f"spec: the speedup interval rests on {used[0]:,} of {REPLICATES:,} bootstrap replicates; "
             "the others resampled a covered bucket's baseline, or a denominator, to no tokens and were "
             "dropped") in doc["notes"]
 
@@ -148,8 +150,8 @@ def test_the_tpot_speedup_interval_resamples_both_deployments_requests(tmp_path)
         # the weights of each group in every replicate, through the view's macros (the types
         # as the view hashes them: varchar deployment, bigint replicate and group)
         weights = {dep: np.array([w for (w,) in ws.con.execute(
-            "select list_transform(cast(? as bigint[]), lambda g: poisson_weight(hash(intervals_seed(), "
-            "cast(? as varchar), r, g))) from range(intervals_replicates()) as t(r) order by r",
+            "select list_transform(cast(? as bigint[]), lambda g: bootstrap_weight(cast(? as varchar), r, g, "
+            "intervals_seed())) from range(intervals_replicates()) as t(r) order by r",
             [groups[dep], dep]).fetchall()]) for dep in ("spec", "base")}
     finally:
         ws.close()
@@ -173,7 +175,7 @@ def test_the_tpot_speedup_interval_resamples_both_deployments_requests(tmp_path)
     assert lo < spec["tpot_speedup"] < hi
 
 
-def test_the_sample_prints_the_same_intervals_with_seed_0_and_seed_1(tmp_path, sample_report):
+def test_another_seed_moves_a_printed_interval_by_its_last_digit_at_most(tmp_path, sample_report):
     config = tmp_path / "seed1.toml"
     config.write_text("[intervals]\nseed = 1\n")
     seed0 = sample_report["doc"]
@@ -188,4 +190,38 @@ def test_the_sample_prints_the_same_intervals_with_seed_0_and_seed_1(tmp_path, s
         assert len(printed) == 4
         for dep, ((text0, raw0), (text1, raw1)) in printed.items():
             assert raw0 != raw1, (dep, metric)      # the seed draws other weights ...
-            assert text0 == text1, (dep, metric)    # ... and the printed interval does not move
+            # ... and a printed endpoint moves by at most one unit of its last digit: 16,000
+            # replicates put an endpoint's spread between seeds near 0.001 (docs/metrics.md)
+            digits = len(text0.split("[")[1].split(",")[0].split(".")[1])
+            for a, b in zip(raw0, raw1):
+                assert abs(round(a, digits) - round(b, digits)) <= 10 ** -digits + 1e-12, (dep, metric, text0, text1)
+
+
+def bootstrap_weights(replicates: int, groups: int, deployment_id: str = "spec", seed: int = 0) -> np.ndarray:
+    """The weights headline_intervals draws, replicates × groups, through its own macro."""
+    ws = api.open_traces(SAMPLE, views=True)
+    try:
+        rows = ws.con.execute(
+            "select r, list(bootstrap_weight(?, r, g, ?) order by g) from range(?) as a(r), range(?) as b(g) "
+            "group by r order by r", [deployment_id, seed, replicates, groups]).fetchall()
+    finally:
+        ws.close()
+    return np.array([w for _, w in rows])
+
+
+def test_bootstrap_weights_of_different_groups_are_independent_and_every_replicate_is_distinct():
+    # 4,000 replicates over 256 groups, as headline_intervals draws them. Independent Poisson(1)
+    # draws have mean 1 and variance 1; two groups' weights correlate at r ~ N(0, 1/4000), so
+    # the mean |r| over the 32,640 pairs is about sqrt(2/pi)/sqrt(4000) = 0.0126, and no pair
+    # is far out (6 standard errors: 0.095). The weights of the XOR-folded hash, group last,
+    # correlated at |r| = 0.58 on average and repeated one pattern: 1,115 distinct vectors
+    # of 16,000.
+    w = bootstrap_weights(4000, 256)
+    assert abs(w.mean() - 1) < 0.01 and abs(w.var() - 1) < 0.02
+    r = np.corrcoef(w.T)[np.triu_indices(256, 1)]
+    assert abs(np.abs(r).mean() - 0.0126) < 0.002
+    assert np.abs(r).max() < 6 / np.sqrt(4000)
+    assert len({tuple(row) for row in w}) == 4000
+    # the seed draws other weights, as independent of the first ones
+    other = bootstrap_weights(4000, 256, seed=1)
+    assert abs(np.corrcoef(w.ravel(), other.ravel())[0, 1]) < 6 / np.sqrt(w.size)

@@ -2,7 +2,8 @@
 -- tpot_speedup), by a Poisson bootstrap over its requests (docs/metrics.md). Each request
 -- is in one of 256 groups (request_group, the same on every engine); in each of
 -- intervals_replicates() replicates every group of a deployment gets a weight drawn from
--- Poisson(1) by a hash of (intervals_seed(), deployment, replicate, group), so a run gives
+-- Poisson(1) by a hash of (deployment, replicate, group, intervals_seed()) (the macro
+-- bootstrap_weight), so a run gives
 -- the same intervals every time and a baseline's groups are drawn independently of its
 -- deployment's. The interval is the used replicates' 2.5 % and 97.5 % quantiles.
 -- Grain: one row per deployment_id with rounds or request timings.
@@ -130,7 +131,7 @@ weights as (
         v.tokens,
         v.committed,
         v.time_ms,
-        list_transform(v.groups, lambda g: poisson_weight(hash(intervals_seed(), v.deployment_id, p.replicate, g)))
+        list_transform(v.groups, lambda g: bootstrap_weight(v.deployment_id, p.replicate, g, intervals_seed()))
             as w
     from vectors as v
     cross join replicates as p

@@ -30,7 +30,7 @@ weights as (
         g.deployment_id,
         g.interval_group,
         p.replicate,
-        poisson1_draw(hash(g.deployment_id, p.replicate, g.interval_group, intervals_seed())) as w
+        poisson1_draw(bootstrap_hash(g.deployment_id, p.replicate, g.interval_group, intervals_seed())) as w
     from (select distinct deployment_id, interval_group from log_interval_cells
           where deployment_id in (select deployment_id from sides)) as g
     cross join replicates as p
