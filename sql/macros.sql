@@ -122,3 +122,19 @@ create or replace macro channel_precedence(channel) as
         when channel = 'prometheus' then 4
         else 5
     end;
+
+-- The load cell of a load (a batch size, a running-request count, a request's concurrency
+-- rounded to the nearest whole request): the fine cells the matched speedup measures the
+-- baseline in (docs/metrics.md, "Speedup at the load and context each step ran at").
+-- Loads up to 16 are cells of their own; above, each batch bucket (17-32, 33-64, ...) is
+-- split into 8 cells of equal width (2, 4, 8, ... requests), so a cell spans at most 1/8
+-- of its bucket and nests in it. A cell is named by its lowest load.
+create or replace macro load_cell(load) as
+    case
+        when load is null then null
+        when round(load) <= 16 then cast(greatest(round(load), 0) as bigint)
+        else batch_bucket_min(batch_bucket(cast(round(load) as bigint)))
+             + (batch_bucket_min(batch_bucket(cast(round(load) as bigint))) - 1) // 8
+               * ((cast(round(load) as bigint) - batch_bucket_min(batch_bucket(cast(round(load) as bigint))))
+                  // ((batch_bucket_min(batch_bucket(cast(round(load) as bigint))) - 1) // 8))
+    end;

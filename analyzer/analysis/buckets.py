@@ -3,9 +3,7 @@
 The seed is the only definition. From it come the SQL macros every view calls
 (``batch_bucket(batch_size)``, ``context_bucket(context_len)``,
 ``temperature_bucket(temperature)``, ``<kind>_bucket_min(label)``, the bucket's
-position ``<kind>_bucket_position(value)``, ``batch_context_cell`` and
-``batch_bucket_dot_products``), the
-``buckets`` table stored with the views, and the labels and bounds Python reads.
+position ``<kind>_bucket_position(value)``), the ``buckets`` table stored with the views, and the labels and bounds Python reads.
 
 A value falls in the first bucket (by position) whose ``highest`` it does not
 exceed; an empty ``highest`` is unbounded. Position 0, where a kind has it, is
@@ -67,36 +65,6 @@ def _literal(value) -> str:
     return repr(value)
 
 
-# A request's (batch bucket, context bucket) cells are kept as bits of two BIGINT masks
-# (request_rounds.decode_cell_mask_low/high): 63 bits each, so no shift reaches the sign bit.
-MASK_BITS = 63
-
-
-def cell_count() -> int:
-    """The (batch bucket, context bucket) cells, each one bit of the masks."""
-    return len(buckets("batch")) * len(buckets("context"))
-
-
-def _cell_macro() -> str:
-    """``batch_context_cell(batch_position, context_len)``: the bit of a (batch, context)
-    cell, (batch position − 1) · contexts + (context position − 1); null without a context."""
-    if cell_count() > 2 * MASK_BITS:
-        raise ValueError(f"sql/seeds/buckets.csv: {cell_count()} (batch, context) cells do not fit "
-                         f"two {MASK_BITS}-bit masks")
-    contexts = len(buckets("context"))
-    return ("create or replace macro batch_context_cell(batch_position, context_len) as\n"
-            f"    (batch_position - 1) * {contexts} + context_bucket_position(context_len) - 1")
-
-
-def _dot_products_macro() -> str:
-    """``batch_bucket_dot_products(w, vectors)``: [w · vectors[1], …, w · vectors[n]], one
-    list_dot_product per batch bucket of the seed (vectors: one list per bucket, by position).
-    Written out call by call: a lambda over the buckets, which copies w into each call,
-    cost three times as much in the bootstrap (headline_intervals, docs/performance.md)."""
-    calls = ", ".join(f"list_dot_product(w, vectors[{b.position}])" for b in buckets("batch"))
-    return f"create or replace macro batch_bucket_dot_products(w, vectors) as [{calls}]"
-
-
 def macros_sql() -> str:
     """The bucket macros and the ``buckets`` table, as SQL."""
     statements = []
@@ -121,8 +89,6 @@ def macros_sql() -> str:
         mins = " ".join(f"when {_literal(b.label)} then {_literal(b.lowest)}" for b in ordered if b.lowest is not None)
         if mins:    # a sort key for labels whose buckets have a lower bound
             statements.append(f"create or replace macro {kind}_bucket_min(label) as case label {mins} end")
-    statements.append(_cell_macro())
-    statements.append(_dot_products_macro())
     statements.append("create or replace table buckets (kind varchar, position integer, label varchar, "
                       f"lowest double, highest double);\ninsert into buckets values {_seed_rows()}")
     return ";\n".join(statements) + ";\n"

@@ -44,14 +44,18 @@ min_speedup_coverage = 0.5   # share of committed tokens the speedup must cover 
 max_preemptions_per_request = 0.05
 [evidence]                   # below these the report says "not enough data" instead of deciding
 min_requests = 10            # a deployment's speedup decides only with this many of its requests
-min_baseline_steps = 20      # a batch bucket's t0 needs this many baseline decode steps there
+min_baseline_steps = 20      # a baseline load cell's t0 needs this many decode steps there
 min_baseline_requests = 10   # ... and this many baseline requests
+max_load_gap = 0.25          # interpolate the baseline's t0 between two loads at most this far apart
+context_margin = 0.25        # a step's context may lie this much beyond the baseline's range at its load
 min_context_cell_rounds = 200  # a by-context cell's k may differ from the overall one from here
 min_fit_r2 = 0.5             # a round-cost fit extrapolates to unmeasured γ only above this R²
 min_log_intervals = 10       # logs speedup: a batch bucket counts with this many log intervals of each side
-[intervals]                  # the bootstrap of the 95% intervals (docs/metrics.md)
-replicates = 16000
+[intervals]                  # the 95% intervals (docs/metrics.md)
+replicates = 16000           # bootstrap replicates of the accept length and the latency percentiles
 seed = 0
+blocks = 256                 # blocks of time per deployment that the intervals resample
+max_blocks = 10              # the speedup's jackknife groups them into at most this many per side
 [regression]                 # nightly only: today against the median of the previous days
 window_days = 7
 min_history_dates = 3        # earlier dates in the window before anything is flagged
@@ -149,10 +153,17 @@ class Evidence:
     # the deployment's own requests behind the speedup it is judged by: with fewer, a
     # bootstrap over them says nothing about its traffic
     min_requests: int = 10
-    # a batch bucket's t0 (the baseline's time per token there) needs this many of the
-    # baseline's decode-only steps and requests in it; else the bucket leaves the speedup
+    # a baseline load cell's t0 (its time per token there) needs this many of its decode-only
+    # steps and distinct requests in it; else no load is matched by the cell
     min_baseline_steps: int = 20
     min_baseline_requests: int = 10
+    # the baseline's time per token is interpolated between two of its measured loads only
+    # when the higher is at most this fraction (plus one request) above the lower; beyond,
+    # the loads between them are not matched
+    max_load_gap: float = 0.25
+    # a step is matched on context when its context per request lies within the baseline's
+    # range at its load, widened by this fraction on either side
+    context_margin: float = 0.25
     # a (context, batch) cell of recommend --by-context may differ from the overall k
     # only with this many decode rounds
     min_context_cell_rounds: int = 200
@@ -171,6 +182,14 @@ class Intervals:
 
     replicates: int = 16000
     seed: int = 0
+    # each deployment's steps, requests and log intervals fall in this many blocks of time
+    # (equal counts, in time order): the units the speedup's jackknife and the latency
+    # bootstrap resample, so that conditions that drift in time widen the interval
+    blocks: int = 256
+    # the speedup's jackknife deletes at most this many coarse blocks per side: each a tenth
+    # of the side's time at least, so that conditions drifting over shorter stretches fall
+    # in whole blocks (bench/coverage_study.py)
+    max_blocks: int = 10
 
 
 @dataclass(frozen=True)
@@ -252,6 +271,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "gates.latency.max_stall_p99_ms_max_worsening": (0.0, math.inf),
     "gates.capacity.min_speedup_coverage": (0.0, 1.0),
     "evidence.min_fit_r2": (0.0, 1.0),
+    "evidence.max_load_gap": (0.0, math.inf),
+    "evidence.context_margin": (0.0, math.inf),
     "anomalies.looping_min_self_repeat_ratio": (0.0, 1.0),
     "anomalies.no_acceptance_min_deployment_acceptance": (0.0, 1.0),
     "anomalies.stall_min_ms": (0.0, math.inf),

@@ -35,11 +35,12 @@ ANOMALY_KINDS = ("looping", "no_acceptance", "stall")
 # The thresholds request_anomalies reads (macros; analyzer/analysis/views.py, config_macros_sql).
 ANOMALY_THRESHOLDS = ("looping_min_output_tokens", "looping_min_self_repeat_ratio", "no_acceptance_min_spec_rounds",
                       "no_acceptance_min_deployment_acceptance", "stall_min_ms", "stall_min_median_multiple")
-UNCOVERED_KEYS = ("batch_bucket", "committed_share", "reason", "baseline_steps", "baseline_requests")
-# the reasons of speedup_uncovered that the [evidence] floors give (baseline_t0.t0_guard)
-GUARD_REASONS = ("few_baseline_steps", "few_baseline_requests", "few_baseline_steps_and_requests")
+UNCOVERED_KEYS = ("batch_bucket", "committed_share", "reason", "min_batch_size", "max_batch_size", "min_context",
+                  "max_context", "baseline_min_load", "baseline_max_load")
 CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms", "t0_ms", "speedup",
               "condition_holds")
+# the bases of the matched comparison (sql/marts/matched_speedup.sql) as the verdict names them
+BASES = {"steps": "rounds", "requests": "tpot", "logs": "logs"}
 LOG_CURVE_KEYS = ("deployment_id", "baseline_id", "batch_bucket", "num_intervals", "seconds", "generated_tokens",
                   "generation_tokens_per_s", "baseline_intervals", "baseline_seconds",
                   "baseline_generation_tokens_per_s", "baseline_seconds_for_tokens", "speedup", "counted")
@@ -71,11 +72,13 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         select d.deployment_id, d.model, d.method, d.num_speculative_tokens, d.target_quant, d.draft_quant,
                a.* exclude (deployment_id, method, num_speculative_tokens),
                s.* exclude (deployment_id),
-               t.tpot_speedup, t.tpot_speedup_coverage, t.num_requests as tpot_speedup_requests
+               t.tpot_speedup, t.tpot_speedup_coverage, t.num_requests as tpot_speedup_requests,
+               q.prompt_tokens_median
         from deployments as d
         join accept_length as a using (deployment_id)
         join speedup as s using (deployment_id)
         left join tpot_speedup as t using (deployment_id)
+        left join request_totals as q using (deployment_id)
         order by d.method <> 'none', d.deployment_id""")
     positions = defaultdict(list)
     for row in rows(con, "select * from position_acceptance order by deployment_id, position"):
@@ -83,13 +86,12 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     capacity = {r["deployment_id"]: r for r in rows(con, "select * from capacity")}
     intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from headline_intervals")}
     log_speedups = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup")}
-    log_intervals_95 = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup_intervals")}
     min_log_intervals = con.execute("select min_log_intervals()").fetchone()[0]
+    matched, bucket_intervals = matched_comparisons(con)
     benchmarks = {r["deployment_id"]: r for r in rows(con, "select * from benchmark_runs")}
     uncovered = defaultdict(list)
     for row in rows(con, "select * from speedup_uncovered order by deployment_id, bucket_min"):
         uncovered[row["deployment_id"]].append(_pick(row, UNCOVERED_KEYS))
-    floors = rows(con, "select min_baseline_steps() as steps, min_baseline_requests() as requests")[0]
     capacity_by_batch = defaultdict(list)
     for row in rows(con, "select * from capacity_by_batch order by deployment_id, bucket_min"):
         capacity_by_batch[row["deployment_id"]].append(_pick(row, CAPACITY_BY_BATCH_KEYS))
@@ -128,25 +130,31 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "round_ms": {"mean": d["round_ms_mean"], "draft": d["round_ms_draft"],
                          "verify": d["round_ms_verify"], "other": d["round_ms_other"]},
             "speedup": d["speedup"],
-            # 95 % bootstrap intervals over requests (view headline_intervals)
-            "speedup_interval": _interval(intervals_95.get(dep), "speedup"),
+            # 95 % intervals: the speedups' a block jackknife over time (analysis/uncertainty.py),
+            # the accept length's a bootstrap over requests (view headline_intervals)
+            "speedup_interval": (matched.get(dep, {}).get("rounds") or {}).get("interval"),
             "mean_accept_length_interval": _interval(intervals_95.get(dep), "mean_accept_length"),
             "speedup_coverage": d["speedup_coverage"],
             "speedup_note": d["speedup_note"],
             # the batch buckets it ran in that the speedup leaves out, and why (view speedup_uncovered)
             "uncovered_buckets": uncovered.get(dep, []),
             "tpot_speedup": d["tpot_speedup"],
-            "tpot_speedup_interval": _interval(intervals_95.get(dep), "tpot_speedup"),
+            "tpot_speedup_interval": (matched.get(dep, {}).get("tpot") or {}).get("interval"),
             # the share of its output tokens (after the first) in the requests tpot_speedup counts
             "tpot_speedup_coverage": d["tpot_speedup_coverage"],
             "tpot_speedup_requests": d["tpot_speedup_requests"],
             # from engine logs alone (basis: logs; views log_speedup, log_speedup_intervals)
-            **_log_speedup(log_speedups.get(dep), log_intervals_95.get(dep), min_log_intervals),
+            **_log_speedup(log_speedups.get(dep), (matched.get(dep, {}).get("logs") or {}).get("interval"),
+                           min_log_intervals),
+            # the matched comparison of each basis: what it is matched on, its sample and
+            # each side's share of its uncertainty (the verdict reads these)
+            "matched": matched.get(dep, {}),
+            "prompt_tokens_median": d["prompt_tokens_median"],
             "prefill_round_share": d["prefill_round_share"],
             "latency_ms": dict(latency.get(dep, {})),
         }
         out_deployments.append(entry)
-        notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present, floors)
+        notes += _deployment_notes(d, entry, latency_n.get(dep, {}), requests_present, steps_present)
         notes += _dropped_replicate_notes(dep, entry, intervals_95.get(dep))
         notes += _log_speedup_notes(dep, log_speedups.get(dep))
         notes += _benchmark_notes(dep, benchmarks.get(dep))
@@ -165,7 +173,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         select deployment_id, structured_output, num_rounds, proposed_tokens, invalidated_tokens,
                invalidation_rate, mean_accept_length, fully_invalidated_rounds
         from structured_invalidation order by deployment_id, structured_output""")
-    load_curve = [{"deployment_id": r["deployment_id"], "batch_bucket": r["batch_bucket"], **_pick(r, CURVE_KEYS)}
+    load_curve = [{"deployment_id": r["deployment_id"], "batch_bucket": r["batch_bucket"], **_pick(r, CURVE_KEYS),
+                   "speedup_interval": bucket_intervals.get((r["deployment_id"], r["batch_bucket"])),
+                   "matched_share": r["matched_share"]}
                   for r in rows(con, "select * from speedup_by_batch order by deployment_id, bucket_min")]
     context_curve = [{"deployment_id": r["deployment_id"], "context_bucket": r["context_bucket"],
                       **_pick(r, CURVE_KEYS)}
@@ -184,9 +194,6 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
                                  order by deployment_id, bucket_min""")
     log_load_curve = [_pick(r, LOG_CURVE_KEYS)
                       for r in rows(con, "select * from log_speedup_by_batch order by deployment_id, bucket_min")]
-    if any(d["tpot_speedup"] is not None for d in out_deployments):
-        notes.append("tpot_speedup compares time per output token from request timings; it is not matched on "
-                      "batch size, so the load of a deployment and its baseline may differ")
     anomalies = rows(con, """select deployment_id, request_id, partition, kind, value, threshold, detail
                              from anomaly_listing
                              order by kind, value desc, request_id, partition, deployment_id""")
@@ -231,27 +238,63 @@ def _share(part: int | None, whole: int | None) -> float | None:
     return part / whole if part is not None and whole else None
 
 
+def matched_comparisons(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, dict], dict[tuple, list[float]]]:
+    """Per speculative deployment and basis (rounds, tpot, logs): the matched speedup with its
+    95 % interval and what it rests on (matched_speedup, analysis.uncertainty); and the
+    interval of each batch bucket's speedup (basis rounds), keyed (deployment, bucket)."""
+    from . import uncertainty
+
+    out: dict[str, dict] = defaultdict(dict)
+    buckets: dict[tuple, list[float]] = {}
+    for r in rows(con, "select * from matched_speedup order by basis, deployment_id"):
+        basis = BASES[r["basis"]]
+        out[r["deployment_id"]][basis] = {
+            "speedup": r["speedup"], "interval": None, "coverage": r["coverage"],
+            "units": r["units"], "matched_units": r["matched_units"],
+            "loads": _range(r["min_load"], r["max_load"]),
+            "baseline_loads": _range(r["baseline_min_load"], r["baseline_max_load"]),
+            "variance": None, "blocks": None, "block_length": None, "df": None}
+    max_blocks = con.execute("select intervals_max_blocks()").fetchone()[0]
+    for basis, name in BASES.items():
+        for dep, pair in uncertainty.matched_pairs(con, basis).items():
+            found = uncertainty.matched_interval(pair, max_blocks=max_blocks)
+            entry = out[dep][name]
+            entry.update({"interval": found.interval["all"], "variance": found.variance_of("all"),
+                          "blocks": found.blocks, "block_length": found.block_length, "df": found.df["all"]})
+            if basis == "steps":
+                for bucket in pair.subsets:
+                    buckets[(dep, bucket)] = found.interval.get(bucket)
+    context = {r["deployment_id"]: r["context_known"] for r in rows(
+        con, "select deployment_id, bool_and(context_known) as context_known from matched_weights "
+             "where basis = 'steps' group by deployment_id")}
+    for dep, known in context.items():
+        if "rounds" in out.get(dep, {}):
+            out[dep]["rounds"]["context_known"] = known
+    return dict(out), buckets
+
+
 def _interval(row: dict | None, metric: str) -> list[float] | None:
     if row is None or row[f"{metric}_lo"] is None or row[f"{metric}_hi"] is None:
         return None
     return [row[f"{metric}_lo"], row[f"{metric}_hi"]]
 
 
-def _log_speedup(row: dict | None, interval: dict | None, min_intervals: int) -> dict[str, Any]:
+def _log_speedup(row: dict | None, interval: list[float] | None, min_intervals: int) -> dict[str, Any]:
     """A deployment's logs speedup keys: null for one without engine-log intervals (or a baseline)."""
     if row is None:
         return {"log_speedup": None, "log_speedup_interval": None, "log_speedup_coverage": None,
                 "log_speedup_evidence": None}
     return {
         "log_speedup": row["log_speedup"],
-        "log_speedup_interval": _interval(interval, "log_speedup") if row["log_speedup"] is not None else None,
+        "log_speedup_interval": interval if row["log_speedup"] is not None else None,
         "log_speedup_coverage": row["log_speedup_coverage"],
         "log_speedup_evidence": {
-            "buckets": row["counted_buckets"], "intervals": row["counted_intervals"],
+            "intervals": row["counted_intervals"],
             "baseline_intervals": row["baseline_counted_intervals"], "min_intervals": min_intervals,
             "usable_intervals": row["usable_intervals"], "baseline_usable_intervals": row["baseline_usable_intervals"],
             "left_out": {key.removesuffix("_intervals").removeprefix("intervals_"): row[key] for key in LOG_LEFT_OUT},
-            "replicates": interval["replicates"] if interval else 0,
+            "loads": _range(row["min_load"], row["max_load"]),
+            "baseline_loads": _range(row["baseline_min_load"], row["baseline_max_load"]),
             "note": row["log_speedup_note"]},
     }
 
@@ -275,8 +318,8 @@ def _log_speedup_notes(dep: str, row: dict | None) -> list[str]:
         notes.append(f"{dep}: {row['log_speedup_note']}")
     elif row["log_speedup_coverage"] is not None and row["log_speedup_coverage"] < 1:
         notes.append(f"{dep}: the logs speedup covers {row['log_speedup_coverage']:.1%} of the tokens in its usable "
-                     "log intervals; the rest ran in batch buckets its baseline never logged, or below the floor "
-                     "of log intervals ([evidence] min_log_intervals)")
+                     "log intervals; the rest ran at running-request counts its baseline never logged often enough "
+                     "([evidence] min_log_intervals) or between counts too far apart ([evidence] max_load_gap)")
     left = [f"{row[key]} {what}" for key, what in LOG_LEFT_OUT.items() if row[key]]
     if left:
         notes.append(f"{dep}: {sum(row[key] for key in LOG_LEFT_OUT)} of {row['log_intervals']} log intervals left "
@@ -285,20 +328,15 @@ def _log_speedup_notes(dep: str, row: dict | None) -> list[str]:
 
 
 def _dropped_replicate_notes(dep: str, entry: dict, row: dict | None) -> list[str]:
-    """A bootstrap replicate whose resample leaves a ratio undefined (a covered bucket's
-    baseline without tokens, say) is dropped, never computed over fewer buckets: say how many."""
-    if row is None:
+    """A bootstrap replicate whose resample leaves the accept length undefined (its
+    speculative rounds weigh nothing) is dropped: say how many."""
+    if row is None or entry.get("mean_accept_length") is None:
         return []
-    notes = []
-    for metric, key in (("speedup", "speedup"), ("mean accept length", "accept_length"),
-                        ("tpot_speedup", "tpot_speedup")):
-        value_key = "mean_accept_length" if key == "accept_length" else key
-        used = row[f"{key}_replicates"]
-        if entry.get(value_key) is not None and used < row["replicates"]:
-            notes.append(f"{dep}: the {metric} interval rests on {used:,} of {row['replicates']:,} bootstrap "
-                         "replicates; the others resampled a covered bucket's baseline, or a denominator, to "
-                         "no tokens and were dropped")
-    return notes
+    used = row["accept_length_replicates"]
+    if used < row["replicates"]:
+        return [f"{dep}: the mean accept length interval rests on {used:,} of {row['replicates']:,} bootstrap "
+                "replicates; the others resampled its speculative rounds to none and were dropped"]
+    return []
 
 
 def _import_notes(con) -> list[str]:
@@ -450,29 +488,52 @@ def _counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _guard_note(dep: str, baseline_id: str, guarded: list[dict], floors: dict) -> str:
-    """The batch buckets whose baseline t0 rests on too few steps or requests, with the
-    counts, the floors and the share of the deployment's tokens they held."""
-    def rests_on(b: dict) -> str:
-        return f"{_counted(b['baseline_steps'], 'step')} and {_counted(b['baseline_requests'], 'request')}"
+UNCOVERED_WHY = {
+    "no_baseline": "it has no matched baseline",
+    "no_baseline_loads": "the baseline measured no load with enough steps and requests ([evidence] floors)",
+    "load_gap": "the baseline's nearest measured loads lie too far apart ([evidence] max_load_gap)",
+    "below_baseline_loads": "below every load the baseline measured",
+    "above_baseline_loads": "above every load the baseline measured",
+    "context_out_of_range": "at contexts the baseline's steps never held there ([evidence] context_margin)",
+}
 
-    names = [b["batch_bucket"] for b in guarded]
-    where = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    counts = (rests_on(guarded[0]) if len(guarded) == 1
-              else "; ".join(f"{rests_on(b)} at {b['batch_bucket']}" for b in guarded))
-    share = sum(b["committed_share"] or 0 for b in guarded)
-    return (f"{dep}: batch {where} left out of the speedup: {baseline_id}'s t0 there rests on {counts} "
-            f"({_counted(floors['steps'], 'step')} and {_counted(floors['requests'], 'request')} needed); "
-            f"{share:.1%} of {dep}'s committed tokens ran there")
+
+def _range(low, high) -> list[float] | None:
+    return None if low is None or high is None else [float(low), float(high)]
+
+
+def batch_range(low, high) -> str:
+    """ "batch 70" or "batch 65-128": a range of loads as the report names it."""
+    low, high = int(round(float(low))), int(round(float(high)))
+    return f"batch {low}" if low == high else f"batch {low}-{high}"
+
+
+def uncovered_note(dep: str, entry: dict) -> str | None:
+    """Where the deployment's steps ran that its speedup leaves out, and why, with the share of
+    its committed tokens there (speedup_uncovered)."""
+    parts = []
+    for u in entry["uncovered_buckets"]:
+        if not u["committed_share"]:
+            continue
+        where = batch_range(u["min_batch_size"], u["max_batch_size"])
+        if u["reason"] == "context_out_of_range" and u["min_context"] is not None:
+            where += f" at {u['min_context']:,.0f}-{u['max_context']:,.0f} tokens of context per request"
+        parts.append(f"{where} ({u['committed_share']:.1%} of its tokens): {UNCOVERED_WHY.get(u['reason'], u['reason'])}")
+    if not parts:
+        return None
+    base = next((u for u in entry["uncovered_buckets"] if u.get("baseline_min_load") is not None), None)
+    measured = (f"; {entry['baseline_id']} measured {batch_range(base['baseline_min_load'], base['baseline_max_load'])}"
+                if base else "")
+    return f"{dep}: left out of the speedup: " + "; ".join(parts) + measured
 
 
 def _deployment_notes(d: dict, entry: dict, latency_n: dict, requests_present: bool,
-                      steps_present: bool, floors: dict) -> list[str]:
+                      steps_present: bool) -> list[str]:
     dep = d["deployment_id"]
     notes = []
-    guarded = [b for b in entry["uncovered_buckets"] if b["reason"] in GUARD_REASONS]
-    if guarded:
-        notes.append(_guard_note(dep, d["baseline_id"], guarded, floors))
+    left_out = uncovered_note(dep, entry) if d["method"] != "none" else None
+    if left_out:
+        notes.append(left_out)
     if d["num_rounds"] == 0:
         notes.append(f"{dep}: no clean rounds, so every acceptance metric is null")
     elif d["num_spec_rounds"] == 0:
@@ -485,8 +546,8 @@ def _deployment_notes(d: dict, entry: dict, latency_n: dict, requests_present: b
         notes.append(f"{dep}: {d['speedup_note']}")
     elif d["speedup"] is not None and d["speedup_coverage"] is not None and d["speedup_coverage"] < 1:
         notes.append(f"{dep}: speedup covers {d['speedup_coverage']:.1%} of its committed tokens; the rest ran in "
-                     "prefill steps or batch buckets its baseline never ran"
-                     + (" or whose t0 is left out (above)" if guarded else ""))
+                     "prefill steps, without a step"
+                     + (", or at loads and contexts left out (above)" if left_out else ""))
     if requests_present:
         missing = [m for m in LATENCY_METRICS if not latency_n.get(m)]
         if missing:

@@ -1,57 +1,92 @@
--- t0: the matched baseline's decode time per token per request, by batch bucket
--- and by (batch bucket, context bucket). t0(b) = Σ baseline round time / Σ committed.
+-- t0 by bucket: the matched baseline's time per token at the loads and contexts a
+-- speculative deployment's decode steps ran at in each batch bucket, and in each (batch
+-- bucket, context bucket) (docs/metrics.md, "Speedup at the load and context each step
+-- ran at"). It is not the baseline's own mean over the bucket: each of the deployment's
+-- steps gets its counterfactual time at its own batch size and context
+-- (matched_weights), and t0_ms = Σ counterfactual / Σ tokens over its matched steps there,
+-- so the per-bucket tables and the headline speedup add the same numbers.
 -- Grain: one row per (deployment_id, batch_bucket, context_bucket) of a speculative
--- deployment with a baseline where the baseline ran decode-only rounds; context_bucket
--- is null for the batch-only t0.
+-- deployment with a matched baseline where it ran decode-only steps; context_bucket is
+-- null for the batch bucket over every context.
 --
--- The guard: a t0 resting on fewer than min_baseline_steps() decode-only steps or
--- min_baseline_requests() requests of the baseline there (bucket_evidence; the gates
--- TOML's [evidence] floors) is no usable t0: t0_ms is null and t0_guard says why, so
--- every view that weighs a bucket by its t0 (the speedup and its interval, coverage,
--- the load and context curves, the recommendation) leaves the bucket out the same way.
--- measured_t0_ms keeps the ratio the few steps gave, for display.
-with measured as (
+-- matched_share: the share of its tokens there that are matched; t0_guard: why none is,
+-- the reason of most of its tokens there (matched_sums: no_baseline_loads, load_gap,
+-- below_baseline_loads, above_baseline_loads, context_out_of_range); null when some are.
+-- context_known: the context term is in (both sides' steps have context_len).
+with groups as (
     select
-        m.deployment_id,
-        m.baseline_id,
-        b.batch_bucket,
-        b.context_bucket,
-        b.time_ms / nullif(b.num_committed_tokens, 0) as measured_t0_ms,
-        b.num_rounds as baseline_rounds,
-        coalesce(e.num_steps, 0) as baseline_steps,
-        coalesce(e.num_requests, 0) as baseline_requests
-    from matched_baseline as m
-    join decode_totals as b
-        on b.deployment_id = m.baseline_id
-        and (b.grouping = 'batch' or (b.grouping = 'context' and b.context_bucket is not null))
-    left join bucket_evidence as e
-        on e.deployment_id = m.baseline_id
-        and e.batch_bucket = b.batch_bucket
-        and e.context_bucket is not distinct from b.context_bucket
+        s.deployment_id,
+        s.baseline_id,
+        s.batch_bucket,
+        s.context_bucket,
+        s.load,
+        s.reason,
+        sum(s.tokens) as tokens,
+        sum(s.time_ms) as time_ms,
+        sum(s.tx) as tx
+    from matched_sums as s
+    where s.basis = 'steps'
+    group by all
 ),
 
-guarded as (
+costed as (
     select
-        *,
-        case
-            when baseline_steps < min_baseline_steps() and baseline_requests < min_baseline_requests()
-                then 'few_baseline_steps_and_requests'
-            when baseline_steps < min_baseline_steps() then 'few_baseline_steps'
-            when baseline_requests < min_baseline_requests() then 'few_baseline_requests'
-            when measured_t0_ms is null then 'no_baseline_tokens'
-        end as t0_guard
-    from measured
+        g.*,
+        case when g.reason is null
+            then cast(g.tokens as double) * w.level_ms + w.kappa * coalesce(cast(g.tx as double), 0)
+        end as counterfactual_ms,
+        w.context_known
+    from groups as g
+    join matched_weights as w on w.basis = 'steps' and w.deployment_id = g.deployment_id and w.load = g.load
+),
+
+cells as (
+    select
+        deployment_id,
+        baseline_id,
+        batch_bucket,
+        context_bucket,
+        grouping(context_bucket) = 1 as over_contexts,
+        -- a DOUBLE sum, added in load order: the same in every run
+        sum(counterfactual_ms order by load, reason) as counterfactual_ms,
+        sum(tokens) filter (where reason is null) as matched_tokens,
+        sum(time_ms) filter (where reason is null) as matched_time_ms,
+        sum(tokens) as tokens,
+        bool_and(context_known) as context_known
+    from costed
+    group by grouping sets ((deployment_id, baseline_id, batch_bucket), (deployment_id, baseline_id, batch_bucket, context_bucket))
+),
+
+reasons as (
+    select deployment_id, batch_bucket, context_bucket, over_contexts,
+           arg_max(reason, tokens) as reason
+    from (
+        select deployment_id, batch_bucket, null as context_bucket, true as over_contexts, reason, sum(tokens) as tokens
+        from costed where reason is not null group by deployment_id, batch_bucket, reason
+        union all
+        select deployment_id, batch_bucket, context_bucket, false, reason, sum(tokens)
+        from costed where reason is not null group by deployment_id, batch_bucket, context_bucket, reason
+    )
+    group by deployment_id, batch_bucket, context_bucket, over_contexts
 )
 
 select
-    deployment_id,
-    baseline_id,
-    batch_bucket,
-    context_bucket,
-    case when t0_guard is null then measured_t0_ms end as t0_ms,
-    measured_t0_ms,
-    t0_guard,
-    baseline_rounds,
-    baseline_steps,
-    baseline_requests
-from guarded
+    c.deployment_id,
+    c.baseline_id,
+    c.batch_bucket,
+    case when c.over_contexts then null else c.context_bucket end as context_bucket,
+    c.counterfactual_ms / nullif(cast(c.matched_tokens as double), 0) as t0_ms,
+    c.counterfactual_ms,
+    coalesce(c.matched_tokens, 0) as matched_tokens,
+    coalesce(c.matched_time_ms, 0) as matched_time_ms,
+    c.tokens,
+    cast(coalesce(c.matched_tokens, 0) as double) / nullif(cast(c.tokens as double), 0) as matched_share,
+    case when c.matched_tokens is null then r.reason end as t0_guard,
+    c.context_known
+from cells as c
+left join reasons as r
+    on r.deployment_id = c.deployment_id
+    and r.batch_bucket = c.batch_bucket
+    and r.over_contexts = c.over_contexts
+    and r.context_bucket is not distinct from (case when c.over_contexts then null else c.context_bucket end)
+where c.over_contexts or c.context_bucket is not null

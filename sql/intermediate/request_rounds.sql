@@ -28,12 +28,11 @@
 -- (has_round_out_of_order, the round_out_of_order rule counted for rounds read in
 -- place): the gaps between adjacent emitting rounds, of every request, end_gaps_us.
 --
--- Which buckets a request's decode-only rounds with a clean step ran in, as bit masks:
--- distinct requests per bucket are not a sum over rounds, but a count of these rows
--- (bucket_evidence). decode_batch_mask has bit p − 1 for batch bucket position p;
--- the (batch, context) cells, batch_context_cell, are bits of decode_cell_mask_low
--- (cells 0-62) and decode_cell_mask_high (cells 63 on, less 63). The step's bucket
--- position is computed per step, not per round.
+-- Which small batch sizes a request's decode-only rounds with a clean step ran at, as a
+-- bit mask: bit b − 1 for a decode step of batch size b ≤ 16 (decode_size_mask). Distinct
+-- requests per batch size are not a sum over rounds, but a count of these rows
+-- (batch_size_requests): a baseline's load cell below min_baseline_requests() requests
+-- must hold that many distinct requests; a step of a larger batch holds as many itself.
 --
 -- request_group: the group of requests the bootstrap intervals resample together
 -- (request_group_cells), a stable hash of the request's key (the macro request_group),
@@ -66,14 +65,7 @@ with per_request as (
         count(s.end_us) filter (where r.num_committed_tokens > 0) as emitting_rounds,
         min(s.end_us) filter (where r.num_committed_tokens > 0) as first_end_us,
         max(s.end_us) filter (where r.num_committed_tokens > 0) as last_end_us,
-        bit_or(cast(1 as bigint) << (s.decode_batch_position - 1)) as decode_batch_mask,
-        -- a case, not a filter: a shift by a negative count is an error even in rows a filter drops
-        bit_or(case when batch_context_cell(s.decode_batch_position, r.context_len) < 63
-            then cast(1 as bigint) << batch_context_cell(s.decode_batch_position, r.context_len) end)
-            as decode_cell_mask_low,
-        bit_or(case when batch_context_cell(s.decode_batch_position, r.context_len) >= 63
-            then cast(1 as bigint) << (batch_context_cell(s.decode_batch_position, r.context_len) - 63) end)
-            as decode_cell_mask_high,
+        bit_or(cast(1 as bigint) << (s.decode_small_batch - 1)) as decode_size_mask,
         list_sort(list(
             case
                 -- out of range: the request is not packed, and its keys are never read
@@ -89,7 +81,8 @@ with per_request as (
         select
             step_uid,
             epoch_us(step_end_time(start_time, duration_ms)) as end_us,
-            case when num_prefill_tokens = 0 then batch_bucket_position(batch_size) end as decode_batch_position
+            -- a decode step's batch size when it is at most 16, for decode_size_mask
+            case when num_prefill_tokens = 0 and batch_size between 1 and 16 then batch_size end as decode_small_batch
         from steps
     ) as s
         on s.step_uid = r.step_uid
@@ -153,9 +146,7 @@ select
     truncated_rounds,
     truncated_tokens,
     fully_invalidated_rounds,
-    coalesce(decode_batch_mask, 0) as decode_batch_mask,
-    coalesce(decode_cell_mask_low, 0) as decode_cell_mask_low,
-    coalesce(decode_cell_mask_high, 0) as decode_cell_mask_high,
+    coalesce(decode_size_mask, 0) as decode_size_mask,
     1 + num_accepted_tokens / nullif(num_spec_rounds, 0) as accept_length,
     min_round_idx,
     max_round_idx,

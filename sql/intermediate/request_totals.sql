@@ -24,6 +24,8 @@ select
     count(*) filter (where timed) as timed_requests,
     sum(date_diff('microsecond', first_token_time, finish_time)) filter (where timed) as timed_duration_us,
     sum(output_tokens - 1) filter (where timed) as timed_tokens,
-    sum(output_tokens - 1) filter (where output_tokens > 1) as tokens_after_first
+    sum(output_tokens - 1) filter (where output_tokens > 1) as tokens_after_first,
+    -- the context a request brings: the verdict compares the two sides' medians
+    quantile_cont(prompt_tokens, 0.5) as prompt_tokens_median
 from flagged
 group by deployment_id

@@ -1,11 +1,12 @@
 -- Speedup from engine logs alone (basis: logs), for a speculative deployment D against
--- its matched baseline B:
---   log_speedup = Σ_b baseline_seconds_for_tokens(b) / Σ_b seconds_D(b)
--- over the counted batch buckets of log_speedup_by_batch: the time B would take for D's
--- generated tokens at D's own loads, divided by the time D took. log_speedup_coverage is
--- the share of D's usable log tokens in those buckets. The counts say what it rests on
--- and what was left out (log_intervals.left_out); log_speedup_note says why there is no
--- number, naming the import that would give one.
+-- its matched baseline B: each of D's usable log intervals is matched at the requests
+-- running when it ended (matched_speedup, basis logs):
+--   log_speedup = Σ counterfactual / Σ seconds over D's matched intervals,
+-- counterfactual = its tokens · B's seconds per token at that running count, interpolated
+-- between the counts B logged at least min_log_intervals() intervals at (matched_weights).
+-- log_speedup_coverage is the share of D's usable log tokens in matched intervals. The
+-- counts say what it rests on and what was left out (log_intervals.left_out);
+-- log_speedup_note says why there is no number, naming the import that would give one.
 -- Grain: one row per speculative deployment_id with engine-log intervals.
 with speculative as (
     select d.deployment_id, m.baseline_id, m.baseline_note
@@ -14,38 +15,29 @@ with speculative as (
     where d.method <> 'none' and d.deployment_id in (select deployment_id from log_interval_counts)
 ),
 
-covered as (
-    select
-        deployment_id,
-        -- a DOUBLE sum, added in bucket order so that every run adds it alike
-        sum(baseline_seconds_for_tokens order by bucket_min) as baseline_seconds,
-        sum(seconds) as seconds,
-        sum(generated_tokens) as generated_tokens,
-        count(*) as counted_buckets,
-        sum(num_intervals) as counted_intervals,
-        sum(baseline_intervals) as baseline_counted_intervals
-    from log_speedup_by_batch
-    where counted
-    group by deployment_id
+matched as (
+    select * from matched_speedup where basis = 'logs'
 ),
 
-shared as (
-    -- buckets both logged, counted or not, for the note
-    select deployment_id, count(*) as shared_buckets, max(least(num_intervals, baseline_intervals)) as most_of_both
-    from log_speedup_by_batch
-    where baseline_intervals > 0
+baseline_cells as (
+    select deployment_id, count(*) filter (where supported) as supported_cells,
+           coalesce(sum(units) filter (where supported), 0) as supported_intervals, max(units) as most_in_a_cell
+    from matched_support
+    where basis = 'logs'
     group by deployment_id
 )
 
 select
     s.deployment_id,
     s.baseline_id,
-    c.baseline_seconds / nullif(c.seconds, 0) as log_speedup,
-    case when s.baseline_id is not null then coalesce(c.generated_tokens, 0) / nullif(i.usable_tokens, 0) end
-        as log_speedup_coverage,
-    coalesce(c.counted_buckets, 0) as counted_buckets,
-    coalesce(c.counted_intervals, 0) as counted_intervals,
-    coalesce(c.baseline_counted_intervals, 0) as baseline_counted_intervals,
+    m.speedup as log_speedup,
+    case when s.baseline_id is not null then coalesce(m.coverage, 0) end as log_speedup_coverage,
+    coalesce(m.matched_units, 0) as counted_intervals,
+    coalesce(c.supported_intervals, 0) as baseline_counted_intervals,
+    m.min_load,
+    m.max_load,
+    m.baseline_min_load,
+    m.baseline_max_load,
     i.log_intervals,
     i.usable_intervals,
     i.intervals_without_start,
@@ -54,7 +46,7 @@ select
     i.idle_intervals,
     coalesce(b.usable_intervals, 0) as baseline_usable_intervals,
     case
-        when c.deployment_id is not null then null
+        when m.speedup is not null then null
         when s.baseline_id is null
             then 'no logs speedup: ' || coalesce(s.baseline_note, 'no matched baseline')
                  || '; import the log of a deployment that does not speculate, with the same --model, to decide it'
@@ -64,14 +56,17 @@ select
         when coalesce(b.usable_intervals, 0) = 0
             then 'no logs speedup: baseline ' || s.baseline_id || ' has no log interval with a start, a generation '
                  || 'throughput and running requests; import its engine log'
-        when h.deployment_id is null
-            then 'no logs speedup: this deployment and ' || s.baseline_id || ' never logged the same batch bucket of '
-                 || 'running requests'
-        else 'not enough data: no batch bucket both logged has ' || min_log_intervals() || ' usable log intervals of '
-             || 'each (the most: ' || h.most_of_both || '; [evidence] min_log_intervals)'
+        when coalesce(c.supported_cells, 0) = 0
+            then 'not enough data: ' || s.baseline_id || ' logged no running-request count '
+                 || min_log_intervals() || ' times (the most: ' || coalesce(c.most_in_a_cell, 0)
+                 || '; [evidence] min_log_intervals)'
+        else 'no logs speedup: this deployment ran at ' || cast(m.min_load as bigint) || '-'
+             || cast(m.max_load as bigint) || ' running requests and ' || s.baseline_id || ' at '
+             || cast(m.baseline_min_load as bigint) || '-' || cast(m.baseline_max_load as bigint)
+             || ': never at comparable loads'
     end as log_speedup_note
 from speculative as s
 left join log_interval_counts as i on i.deployment_id = s.deployment_id
 left join log_interval_counts as b on b.deployment_id = s.baseline_id
-left join covered as c on c.deployment_id = s.deployment_id
-left join shared as h on h.deployment_id = s.deployment_id
+left join matched as m on m.deployment_id = s.deployment_id
+left join baseline_cells as c on c.deployment_id = s.baseline_id

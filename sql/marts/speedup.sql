@@ -1,24 +1,15 @@
--- Throughput-weighted speedup against the matched baseline:
---   speedup = Σ_b t0(b) · committed_D(b) / Σ_b time_D(b), over the decode-only
--- batch buckets both deployments cover where the baseline's t0 is usable (baseline_t0:
--- enough baseline steps and requests); speedup_coverage is the share of D's committed
--- tokens those buckets hold (speedup_uncovered lists the rest). round_ms is over every round with a
--- clean step (prefill steps included); each part is averaged where known.
+-- Throughput-weighted speedup against the matched baseline, matched on the load and
+-- context each decode step ran at (matched_speedup, basis steps):
+--   speedup = Σ_s committed_s · t0(batch_s, context_s) / Σ_s rounds_s · duration_s
+-- over the deployment's decode steps the baseline's loads cover (matched_weights);
+-- speedup_coverage is the share of all its committed tokens those steps hold
+-- (speedup_uncovered says where the rest ran, and why). round_ms is over every round
+-- with a clean step (prefill steps included); each part is averaged where known.
 -- Grain: one row per deployment_id.
 with covered as (
-    select
-        d.deployment_id,
-        -- a DOUBLE sum, added in bucket order so that every run adds it alike
-        sum(t.t0_ms * d.num_committed_tokens order by d.batch_bucket) as baseline_time_ms,
-        sum(d.time_ms) as time_ms,
-        sum(d.num_committed_tokens) as committed
-    from decode_totals as d
-    join baseline_t0 as t
-        on t.deployment_id = d.deployment_id
-        and t.batch_bucket = d.batch_bucket
-        and t.context_bucket is null
-    where d.grouping = 'batch' and t.t0_ms is not null
-    group by d.deployment_id
+    select deployment_id, speedup, coverage, matched_units
+    from matched_speedup
+    where basis = 'steps'
 ),
 
 round_times as (
@@ -39,9 +30,8 @@ round_times as (
 select
     d.deployment_id,
     m.baseline_id,
-    c.baseline_time_ms / nullif(c.time_ms, 0) as speedup,
-    case when m.baseline_id is not null then coalesce(c.committed, 0) / nullif(r.all_committed, 0) end
-        as speedup_coverage,
+    c.speedup,
+    case when m.baseline_id is not null then coalesce(c.coverage, 0) end as speedup_coverage,
     r.round_ms_mean,
     r.round_ms_draft,
     r.round_ms_verify,
@@ -55,10 +45,10 @@ select
         when not (select present from trace_tables where table_name = 'steps')
             then 'no speedup: the steps table is absent, so round times are unknown'
         when coalesce(r.rounds_with_step, 0) = 0 then 'no speedup: no round has a clean step'
-        when c.deployment_id is null
-            then 'no speedup: no decode-only batch bucket of this deployment has a usable t0 of '
-                 || m.baseline_id || ' (one it ran with at least ' || min_baseline_steps()
-                 || ' decode steps and ' || min_baseline_requests() || ' requests)'
+        when c.speedup is null
+            then 'no speedup: none of its decode steps ran at a load (and context) that '
+                 || m.baseline_id || ' measured (a load cell with at least ' || min_baseline_steps()
+                 || ' decode steps and ' || min_baseline_requests() || ' requests, or between two such cells)'
     end as speedup_note
 from deployments as d
 left join matched_baseline as m on m.deployment_id = d.deployment_id

@@ -1,6 +1,10 @@
 -- The load curve: acceptance, round time and speedup against the matched baseline
--- per batch bucket, over decode-only rounds. condition_holds is the seed's speedup
--- condition E[T_round] < t0 · E[L], written round_ms < t0_ms · tokens_per_round.
+-- per batch bucket, over decode-only rounds. t0_ms is the baseline's time per token at
+-- the batch sizes and contexts the deployment's steps in the bucket ran at
+-- (baseline_t0), and speedup = Σ counterfactual / Σ time over its matched steps there,
+-- the same sums as the headline speedup; matched_share: the share of the bucket's tokens
+-- those steps hold. condition_holds is the seed's speedup condition
+-- E[T_round] < t0 · E[L], written round_ms < t0_ms · tokens_per_round.
 -- Grain: one row per deployment_id, batch_bucket.
 select
     d.deployment_id,
@@ -16,7 +20,9 @@ select
     d.verify_ms,
     d.other_ms,
     t.t0_ms,
-    t.t0_ms * d.num_committed_tokens / nullif(d.time_ms, 0) as speedup,
+    t.counterfactual_ms / nullif(cast(t.matched_time_ms as double), 0) as speedup,
+    t.matched_share,
+    t.t0_guard,
     d.time_ms / d.num_rounds < t.t0_ms * d.num_committed_tokens / d.num_rounds as condition_holds
 from decode_totals as d
 left join baseline_t0 as t

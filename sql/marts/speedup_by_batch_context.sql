@@ -1,10 +1,11 @@
 -- Speedup per (batch bucket, context bucket) over decode-only rounds with a clean step.
--- t0 is matched on both buckets where the baseline has a usable t0 there, else on the
--- batch bucket alone (t0_match says which), so speedup = t0_ms · committed / time.
--- context_t0_guard says why a cell the baseline ran in fell back: its (batch, context)
--- t0 rests on fewer steps or requests than the [evidence] floors (baseline_t0.t0_guard),
--- with context_baseline_steps and context_baseline_requests; null where it did not fall
--- back or the baseline never ran there.
+-- t0_ms is the baseline's time per token at the batch sizes and contexts the
+-- deployment's steps in the cell ran at (baseline_t0: with the context term where both
+-- sides' steps have context lengths, t0_match 'context', else on load alone, 'load'),
+-- and speedup = Σ counterfactual / Σ time over its matched steps in the cell. A step
+-- falls in the context bucket of its mean context per request (matched_units); the
+-- acceptance columns count rounds by their own context_len (decode_totals).
+-- context_t0_guard: why no step of the cell is matched (baseline_t0.t0_guard).
 -- Grain: one row per deployment_id, batch_bucket, context_bucket (rounds with a context_len).
 select
     d.deployment_id,
@@ -17,19 +18,17 @@ select
     d.num_accepted_tokens,
     d.num_committed_tokens,
     d.time_ms,
-    coalesce(tc.t0_ms, tb.t0_ms) as t0_ms,
-    case when tc.t0_ms is not null then 'context' when tb.t0_ms is not null then 'batch' end as t0_match,
-    tc.t0_guard as context_t0_guard,
-    tc.baseline_steps as context_baseline_steps,
-    tc.baseline_requests as context_baseline_requests,
-    coalesce(tc.t0_ms, tb.t0_ms) * d.num_committed_tokens / nullif(d.time_ms, 0) as speedup
+    t.t0_ms,
+    case when t.t0_ms is not null then case when t.context_known then 'context' else 'load' end end as t0_match,
+    t.t0_guard as context_t0_guard,
+    t.matched_share,
+    t.counterfactual_ms,
+    t.matched_tokens,
+    t.matched_time_ms,
+    t.counterfactual_ms / nullif(cast(t.matched_time_ms as double), 0) as speedup
 from decode_totals as d
-left join baseline_t0 as tc
-    on tc.deployment_id = d.deployment_id
-    and tc.batch_bucket = d.batch_bucket
-    and tc.context_bucket = d.context_bucket
-left join baseline_t0 as tb
-    on tb.deployment_id = d.deployment_id
-    and tb.batch_bucket = d.batch_bucket
-    and tb.context_bucket is null
+left join baseline_t0 as t
+    on t.deployment_id = d.deployment_id
+    and t.batch_bucket = d.batch_bucket
+    and t.context_bucket = d.context_bucket
 where d.grouping = 'context' and d.context_bucket is not null

@@ -1,12 +1,13 @@
 -- Acceptance and speedup per context-length bucket (rounds.context_len; 1k = 1024),
--- over decode-only rounds. t0 is matched on (batch bucket, context bucket) where the
--- baseline has a usable t0 there (enough steps and requests: baseline_t0), else on the
--- batch bucket alone (speedup_by_batch_context); t0_ms is the committed-weighted t0 of
--- the bucket, so speedup = t0_ms · tokens / time.
+-- over decode-only rounds. The speedup adds the matched steps' counterfactual time and
+-- their time over the bucket's cells (speedup_by_batch_context: each step matched at its
+-- own batch size and context), so t0_ms = Σ counterfactual / Σ matched tokens and
+-- speedup = Σ counterfactual / Σ matched time.
 -- Grain: one row per deployment_id, context_bucket.
 with cells as (
     select deployment_id, context_bucket, batch_bucket, num_rounds, num_spec_rounds, num_accepted_tokens,
-           num_committed_tokens, time_ms, t0_ms
+           num_committed_tokens, time_ms, t0_ms,
+           counterfactual_ms, matched_tokens, matched_time_ms
     from speedup_by_batch_context
 ),
 
@@ -19,11 +20,11 @@ buckets as (
         sum(num_accepted_tokens) as num_accepted_tokens,
         sum(num_committed_tokens) as num_committed_tokens,
         sum(time_ms) as time_ms,
-        -- only cells with a t0 count toward the speedup
+        -- the matched steps' counterfactual time and their time (baseline_t0)
         -- a DOUBLE sum, added in bucket order so that every run adds it alike
-        sum(t0_ms * num_committed_tokens order by batch_bucket) as baseline_time_ms,
-        sum(num_committed_tokens) filter (where t0_ms is not null) as covered_committed,
-        sum(time_ms) filter (where t0_ms is not null) as covered_time_ms
+        sum(counterfactual_ms order by batch_bucket) as baseline_time_ms,
+        sum(matched_tokens) as covered_committed,
+        sum(matched_time_ms) as covered_time_ms
     from cells
     group by deployment_id, context_bucket
 )
@@ -36,8 +37,8 @@ select
     1 + num_accepted_tokens / nullif(num_spec_rounds, 0) as mean_accept_length,
     num_committed_tokens / num_rounds as tokens_per_round,
     time_ms / num_rounds as round_ms,
-    baseline_time_ms / nullif(covered_committed, 0) as t0_ms,
-    baseline_time_ms / nullif(covered_time_ms, 0) as speedup,
-    time_ms / num_rounds < baseline_time_ms / nullif(covered_committed, 0) * num_committed_tokens / num_rounds
+    baseline_time_ms / nullif(cast(covered_committed as double), 0) as t0_ms,
+    baseline_time_ms / nullif(cast(covered_time_ms as double), 0) as speedup,
+    time_ms / num_rounds < baseline_time_ms / nullif(cast(covered_committed as double), 0) * num_committed_tokens / num_rounds
         as condition_holds
 from buckets
