@@ -528,7 +528,8 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
     doc = collect(ws.con, ws.summary, slices=ws.slices)
     if progress:
         progress("speculation length: cost model and recommendations")
-    doc["tuning"] = tuning_document(ws.con, [d["deployment_id"] for d in doc["deployments"] if d["method"] != "none"])
+    doc["tuning"] = tuning_document(ws.con, [d["deployment_id"] for d in doc["deployments"] if d["method"] != "none"],
+                                    config)
     if progress:
         progress("quantization matrix")
     doc["quantization"] = quant_matrix(ws.con)
@@ -540,21 +541,33 @@ def report_document(ws: Workspace, config=None, progress: Progress | None = None
     return doc
 
 
-def tuning_document(con, deployment_ids: list[str]) -> dict:
+def tuning_document(con, deployment_ids: list[str], config=None) -> dict:
     """Diminishing returns and the recommended speculation length of each speculative deployment."""
-    from .analysis.tuning import marginal_returns, recommend
+    from .analysis.tuning import marginal_returns
 
-    recommendations = [recommend(con, dep, by_context=True) for dep in deployment_ids]
+    recommendations = [_recommendation(con, dep, by_context=True, config=config) for dep in deployment_ids]
     return {"recommendations": [{k: v for k, v in r.items() if k != "cost_fits"} for r in recommendations],
             "cost_model": [fit for r in recommendations for fit in r.get("cost_fits", [])],
             "marginal_returns": marginal_returns(con)}
 
 
-def gates_failed(doc: dict) -> bool:
-    """A check blocks some speculative deployment (``report --check``, ``nightly``: exit 1)."""
-    from .decide.verdict import any_blocked
+def check_failures(doc: dict) -> list[dict]:
+    """The speculative deployments that do not pass ``report --check`` and ``nightly`` (exit 1):
+    one rule, the report's own: only ship and cap pass (decide.verdict.check_failures)."""
+    from .decide.verdict import check_failures as failures
 
-    return any_blocked(doc.get("verdict") or [])
+    return failures(doc.get("verdict") or [])
+
+
+def check_line(failure: dict) -> str:
+    """ "eagle-fp8: dont_ship: 0.79× … slower than plain decoding": one line per deployment
+    that does not pass, as ``--check`` prints it on stderr."""
+    return f"{failure['deployment_id']}: {failure['action']}: {failure['reason']}"
+
+
+def gates_failed(doc: dict) -> bool:
+    """Some speculative deployment does not pass (``check_failures``)."""
+    return bool(check_failures(doc))
 
 
 def to_json(doc) -> str:
@@ -612,11 +625,31 @@ def recommend(ws: Workspace, deployment_id: str, *, by_context: bool = False, co
     """``specan recommend``: the speculation length per batch-size range of one deployment
     (and, with ``by_context``, within each context bucket). ``config`` (a loaded gates
     TOML) sets the sample-size floors it applies, as ``report --config`` does."""
-    from .analysis.tuning import recommend as run
-
     if config is not None:
         set_config_thresholds(ws.con, config)
-    return run(ws.con, deployment_id, by_context=by_context)
+    return _recommendation(ws.con, deployment_id, by_context=by_context, config=config)
+
+
+def _recommendation(con, deployment_id: str, *, by_context: bool, config=None) -> dict:
+    """The tuning search's document for one deployment (analysis.tuning), its ranges decided
+    from the evidence (decide.configs), and the speedup of that config on the same steps."""
+    from .analysis import uncertainty
+    from .analysis.config import Config
+    from .analysis.tuning import recommend as search
+    from .decide.configs import evidence_ranges, off_ranges
+
+    config = config or Config()
+    rec = search(con, deployment_id, by_context=by_context)
+    rec["num_speculative_tokens_per_batch_size"] = ranges = evidence_ranges(rec, config)
+    rec["config_speedup"] = None
+    if ranges and off_ranges(ranges):
+        pair = uncertainty.matched_pairs(con, "steps").get(deployment_id)
+        if pair is not None:
+            found = uncertainty.matched_interval(pair.with_off(off_ranges(ranges)),
+                                                 max_blocks=config.intervals.max_blocks)
+            rec["config_speedup"] = {"speedup": found.speedup["all"], "interval": found.interval["all"],
+                                     "off": [list(r) for r in off_ranges(ranges)]}
+    return rec
 
 
 def render_recommend(result: dict, fmt: str) -> str:

@@ -336,7 +336,9 @@ def validate(traces: str, strict: bool, engine: str, spark_master: str | None,
               help="Write to FILE instead of stdout (checked before the analysis runs; written aside and renamed).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML file of gate thresholds (defaults: docs/commands.md, section Gates).")
-@click.option("--check", is_flag=True, help="Exit 1 when a gate check blocks a speculative deployment.")
+@click.option("--check", is_flag=True,
+              help="Exit 1 unless every speculative deployment's verdict is ship or cap; each other one is a line "
+                   "on stderr (deployment, action, reason).")
 @_by_option
 @_engine_option
 @_rejected_out_option
@@ -351,7 +353,8 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
     """The full analysis of TRACES: does speculation pay, for which traffic, at what load.
 
     Markdown goes to stdout unless -o is given; progress goes to stderr. Gate
-    results are shown; only with --check does a blocking check exit 1.
+    results are shown; with --check the exit status is 1 unless every speculative
+    deployment's verdict is ship or cap (one line on stderr for each other one).
 
     \b
     Examples:
@@ -379,8 +382,12 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
         ws.close()
     show(f"rendering {fmt}")
     _emit(api.render_report(doc, fmt), output)
-    if check and api.gates_failed(doc):
-        sys.exit(1)
+    if check:
+        failures = api.check_failures(doc)
+        for failure in failures:
+            click.echo(api.check_line(failure), err=True)
+        if failures:
+            sys.exit(1)
 
 
 @main.command()
@@ -397,8 +404,9 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
             temp_dir: Path | None, progress: bool | None) -> None:
     """The scheduled report for one date, with history and regression flags.
 
-    Exit status 1 when a regression is flagged or a gate fails, so a pipeline
-    can gate a deployment on it.
+    Exit status 1 when a regression is flagged or a speculative deployment's verdict
+    is not ship or cap (the rule of report --check), so a pipeline can gate a
+    deployment on it.
 
     \b
     Example (cron, every night at 02:00 for yesterday):
@@ -412,8 +420,8 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
         click.echo(line)
     for line in result.flag_lines:
         click.echo(f"regression: {line}")
-    if result.gates_failed:
-        click.echo("a gate check blocks a deployment: see the report's What to do and gates sections")
+    for failure in result.check_failures:
+        click.echo(api.check_line(failure), err=True)
     sys.exit(result.exit_status)
 
 

@@ -20,7 +20,7 @@ survive. A run that waits longer than ``lock_timeout`` seconds raises
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import api
@@ -44,6 +44,8 @@ class NightlyResult:
     # The check's outcome and each flag in words (render.regressions), for the CLI to print as they are.
     regression_lines: list[str]
     flag_lines: list[str]
+    # the speculative deployments whose verdict is not ship or cap (api.check_failures)
+    check_failures: list[dict] = field(default_factory=list)
 
     @property
     def exit_status(self) -> int:
@@ -101,6 +103,7 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
         api.write_output(reports["html"], html.render(doc, history=combined,
                                                       title=f"specan nightly {day.isoformat()}"))
         history.write_atomic(history_path, combined)
-    return NightlyResult(day, day_dir, doc["regressions"], api.gates_failed(doc), doc["regression_check"],
+    failures = api.check_failures(doc)
+    return NightlyResult(day, day_dir, doc["regressions"], bool(failures), doc["regression_check"],
                          status_lines(doc["regression_check"], doc["regressions"]),
-                         [flag_line(r, doc["date"]) for r in doc["regressions"]])
+                         [flag_line(r, doc["date"]) for r in doc["regressions"]], failures)

@@ -48,11 +48,13 @@ min_baseline_steps = 20      # a baseline load cell's t0 needs this many decode 
 min_baseline_requests = 10   # ... and this many baseline requests
 max_load_gap = 0.25          # interpolate the baseline's t0 between two loads at most this far apart
 context_margin = 0.25        # a step's context may lie this much beyond the baseline's range at its load
+min_bucket_share = 0.02      # a batch bucket's own speedup decides its k only with this share of the tokens
 min_context_cell_rounds = 200  # a by-context cell's k may differ from the overall one from here
 min_fit_r2 = 0.5             # a round-cost fit extrapolates to unmeasured γ only above this R²
 min_log_intervals = 10       # logs speedup: a batch bucket counts with this many log intervals of each side
 [intervals]                  # the 95% intervals (docs/metrics.md)
-replicates = 16000           # bootstrap replicates of the accept length and the latency percentiles
+replicates = 16000           # bootstrap replicates of the accept length
+latency_replicates = 2000    # bootstrap replicates of the latency percentiles
 seed = 0
 blocks = 256                 # blocks of time per deployment that the intervals resample
 max_blocks = 10              # the speedup's jackknife groups them into at most this many per side
@@ -164,6 +166,9 @@ class Evidence:
     # a step is matched on context when its context per request lies within the baseline's
     # range at its load, widened by this fraction on either side
     context_margin: float = 0.25
+    # a batch bucket's own speedup decides its speculation length only when the bucket holds
+    # this share of the deployment's committed tokens (decide/configs.py)
+    min_bucket_share: float = 0.02
     # a (context, batch) cell of recommend --by-context may differ from the overall k
     # only with this many decode rounds
     min_context_cell_rounds: int = 200
@@ -182,6 +187,8 @@ class Intervals:
 
     replicates: int = 16000
     seed: int = 0
+    # bootstrap replicates of the latency gate's percentiles (analysis/latency_intervals.py)
+    latency_replicates: int = 2000
     # each deployment's steps, requests and log intervals fall in this many blocks of time
     # (equal counts, in time order): the units the speedup's jackknife and the latency
     # bootstrap resample, so that conditions that drift in time widen the interval
@@ -273,6 +280,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "evidence.min_fit_r2": (0.0, 1.0),
     "evidence.max_load_gap": (0.0, math.inf),
     "evidence.context_margin": (0.0, math.inf),
+    "evidence.min_bucket_share": (0.0, 1.0),
     "anomalies.looping_min_self_repeat_ratio": (0.0, 1.0),
     "anomalies.no_acceptance_min_deployment_acceptance": (0.0, 1.0),
     "anomalies.stall_min_ms": (0.0, math.inf),

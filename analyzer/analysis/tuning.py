@@ -436,7 +436,8 @@ def _inputs(con: duckdb.DuckDBPyConnection, deployment_id: str | None) -> dict[s
     # speedup_by_batch carries t0(b) (baseline_t0 with no context bucket) beside the measured
     # speedup, for every bucket where the deployment has decode-only rounds: one scan, not two.
     measured = {(r["deployment_id"], r["batch_bucket"]): r for r in _rows(
-        con, f"select deployment_id, batch_bucket, t0_ms, speedup from speedup_by_batch {where}", params)}
+        con, f"select deployment_id, batch_bucket, t0_ms, speedup, matched_share from speedup_by_batch {where}",
+        params)}
     t0 = {key: r["t0_ms"] for key, r in measured.items() if r["t0_ms"] is not None}
     costs = _gamma_costs(con, deployment_id)
     return {"conditionals": conditionals, "t0": t0, "measured": measured,
@@ -636,10 +637,33 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
     # the largest batch size any of its steps ran at, prefilling or not: the ranges cover it
     largest = con.execute("select max(max_batch_size) from round_cells where deployment_id = ? and has_step",
                           [deployment_id]).fetchone()[0]
-    doc["num_speculative_tokens_per_batch_size"] = _ranges(doc, fits, data, notes, largest)
+    doc["largest_batch_size"] = largest
+    _measured_evidence(con, deployment_id, doc["buckets"], data)
     if by_context:
         doc["by_context"] = recommend_by_context(con, doc, fits, data, largest)
     return doc
+
+
+def _measured_evidence(con: duckdb.DuckDBPyConnection, deployment_id: str, buckets_: list[dict],
+                       data: dict[str, Any]) -> None:
+    """Each bucket's measured speedup with its 95 % interval (the bucket's share of the matched
+    comparison, analysis.uncertainty), its share of the deployment's committed tokens and the
+    share of those matched with the baseline: what decide/configs.py decides a k from."""
+    from . import uncertainty
+
+    pair = uncertainty.matched_pairs(con, "steps").get(deployment_id)
+    max_blocks = con.execute("select intervals_max_blocks()").fetchone()[0]
+    found = uncertainty.matched_interval(pair, max_blocks=max_blocks) if pair is not None else None
+    committed = dict(con.execute("select batch_bucket, sum(num_committed_tokens) from decode_totals "
+                                 "where grouping = 'batch' and deployment_id = ? group by batch_bucket",
+                                 [deployment_id]).fetchall())
+    total = con.execute("select sum(num_committed_tokens) from round_cells where deployment_id = ?",
+                        [deployment_id]).fetchone()[0]
+    for b in buckets_:
+        bucket = b["batch_bucket"]
+        b["measured_speedup_interval"] = found.interval.get(bucket) if found else None
+        b["token_share"] = (float(committed.get(bucket) or 0) / float(total)) if total else None
+        b["matched_share"] = data["measured"].get((deployment_id, bucket), {}).get("matched_share")
 
 
 SLOPE_UNITS = {"beta_tokens": ("β_tokens", "ms/token"), "beta_batch": ("β_batch", "ms/request"),
@@ -723,6 +747,8 @@ def _predict_bucket(fit: dict[str, Any], costs: dict[int, dict], t0: float | Non
     at_k = predicted.get(str(recommended)) if recommended is not None else None
     return {
         "batch_bucket": fit["batch_bucket"],
+        # the search's pick; the recommendation's k is decided from the evidence (decide/configs.py)
+        "predicted_best": recommended,
         "observed_gamma": observed,
         "predicted_speedup": predicted,
         "speedup_source": speedup_source,

@@ -239,6 +239,20 @@ class MatchedPair:
     # each group's stratum: its load cell and context bucket. A replicate keeps the strata's
     # shares of the deployment's time (see ``statistics``)
     strata: np.ndarray | None = None
+    # each group's load, and the groups a config turns speculation off at (``with_off``)
+    loads: np.ndarray | None = None
+    off: np.ndarray | None = None
+
+    def with_off(self, ranges: list[tuple[int, int]]) -> "MatchedPair":
+        """The same pair with speculation off at the loads in ``ranges`` ((start, end)
+        inclusive): those groups run plain decoding, so their time is their counterfactual
+        and their speedup 1 — the speedup of a config that caps or gaps speculation,
+        computed on the same steps."""
+        off = np.zeros(len(self.loads), dtype=bool)
+        for start, end in ranges:
+            off |= (self.loads >= start - 0.5) & (self.loads < end + 0.5)
+        return MatchedPair(self.d, self.b, self.lo, self.hi, self.w_lo, self.w_hi, self.with_context,
+                           self.subsets, self.strata, self.loads, off)
 
     def statistics(self, d: np.ndarray, b: np.ndarray, hold: np.ndarray | None = None) -> np.ndarray:
         """log(speedup) of every subset (columns: "all", then ``subsets`` in order) for
@@ -263,6 +277,7 @@ class MatchedPair:
         level = self.w_lo[None, :] * f[:, self.lo] + self.w_hi[None, :] * np.where(
             self.hi[None, :] >= 0, f[:, np.maximum(self.hi, 0)], 0)
         cf = d[..., 0] * level + kappa[:, None] * d[..., 2]
+        time = d[..., 1] if self.off is None else np.where(self.off[None, :], cf, d[..., 1])
         masks = [np.ones(d.shape[1], dtype=bool), *self.subsets.values()]
         out = np.empty((d.shape[0], len(masks)))
         strata = self.strata if self.strata is not None else np.arange(d.shape[1])
@@ -272,7 +287,7 @@ class MatchedPair:
         cf_s = np.zeros((d.shape[0], count))
         time_s = np.zeros((d.shape[0], count))
         np.add.at(cf_s.T, strata, cf.T)
-        np.add.at(time_s.T, strata, d[..., 1].T)
+        np.add.at(time_s.T, strata, time.T)
         full = self._full_strata(count, strata)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(time_s > 0, cf_s / time_s, full[0][None, :])
@@ -297,11 +312,12 @@ class MatchedPair:
         f = time / tokens - kappa * tx / tokens
         level = self.w_lo * f[self.lo] + self.w_hi * np.where(self.hi >= 0, f[np.maximum(self.hi, 0)], 0)
         cf = d[:, 0] * level + kappa * d[:, 2]
+        time = d[:, 1] if self.off is None else np.where(self.off, cf, d[:, 1])
         cf_s, time_s = np.zeros(count), np.zeros(count)
         np.add.at(cf_s, strata, cf)
-        np.add.at(time_s, strata, d[:, 1])
+        np.add.at(time_s, strata, time)
         with np.errstate(divide="ignore", invalid="ignore"):
-            self._strata_cache = (cf_s / time_s, d[:, 1])
+            self._strata_cache = (cf_s / time_s, time)
         return self._strata_cache
 
     def full(self) -> np.ndarray:
@@ -521,5 +537,6 @@ def matched_pairs(con, basis: str, subsets: str | None = "batch_bucket") -> dict
             with_context = bool(w["context_known"])
         names = sorted(set(labels.values()), key=lambda v: (len(v), v)) if subsets else []
         masks = {n: np.array([labels.get(g) == n for g in range(len(keys))]) for n in names}
-        out[dep] = MatchedPair(d, b, lo, hi, w_lo, w_hi, with_context, masks, strata)
+        loads = np.array([float(load) for load, _ in keys])
+        out[dep] = MatchedPair(d, b, lo, hi, w_lo, w_hi, with_context, masks, strata, loads)
     return out

@@ -5,20 +5,29 @@ deployment, the one speedup the capacity gate and the verdict use (docs/metrics.
 "The verdict")::
 
     {"basis", "speedup", "interval", "coverage", "num_requests", "baseline_id",
-     "baseline_num_requests", "reason"}
+     "baseline_num_requests", "reason", "loads", "baseline_loads", "variance",
+     "matched_on", "not_matched"}
 
 ``basis`` says what the speedup rests on, the first that applies:
 
-- ``rounds``: the deployment has rounds with clean steps, so the throughput-weighted
-  speedup matched on batch size (``speedup``, its bootstrap interval and
-  ``speedup_coverage``) decides, even where it is null (then nothing else stands in:
-  a TPOT ratio is no substitute for a missing baseline at the batch sizes it ran);
-- ``tpot``: no steps, but request timings on both sides: ``tpot_speedup``, not matched
-  on batch size, with its interval over requests (response-only imports);
-- ``logs``: only engine log intervals: the speedup from both sides' logged generation
-  throughput per running-request bucket (``log_speedup``), standing even where it is
-  null (no baseline log, or too few lines per bucket);
+- ``rounds``: the deployment has rounds with clean steps, so the speedup matched on the
+  batch size and context each of its decode steps ran at decides, even where it is null
+  (then nothing else stands in: a comparison of request timings is no substitute for a
+  baseline missing at the loads it ran);
+- ``tpot``: no steps, but request timings on both sides: ``tpot_speedup``, matched on
+  the concurrency each request decoded at (from the timings);
+- ``logs``: only engine log intervals: ``log_speedup``, matched on the running requests
+  each interval ended with;
 - ``None``: nothing to decide with; ``reason`` says why.
+
+``loads`` and ``baseline_loads``: the least and most load each side ran at (batch size,
+concurrency or running requests), to name when they do not meet. ``variance``: each
+side's share of the uncertainty of log(speedup) (``analysis.uncertainty``), from which
+``settle`` says which side is short. ``matched_on``: what the comparison holds equal
+(load, and context where both sides' steps have context lengths); ``not_matched``: what
+it does not, which the decision must not ship on (docs/metrics.md, "Like with like"):
+``context`` when context is not in the match and the two sides' median prompt lengths
+lie more than ``PROMPT_MISMATCH`` apart.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ _KEYS = {
     "tpot": ("tpot_speedup", "tpot_speedup_interval", "tpot_speedup_coverage"),
     "logs": ("log_speedup", "log_speedup_interval", "log_speedup_coverage"),
 }
+# Two sides whose median prompt lengths differ by more than this fraction (of the larger)
+# are not matched on context unless the context term is in the match.
+PROMPT_MISMATCH = 0.25
 
 
 def basis_of(d: dict[str, Any], logged: set[str] = frozenset()) -> str | None:
@@ -41,16 +53,28 @@ def basis_of(d: dict[str, Any], logged: set[str] = frozenset()) -> str | None:
     them even when their speedup is null (too few lines, or no baseline log)."""
     if (d.get("round_ms") or {}).get("mean") is not None:
         return "rounds"
-    if d.get("tpot_speedup") is not None:
+    if d.get("tpot_speedup") is not None or (d.get("matched") or {}).get("tpot"):
         return "tpot"
     if d.get("log_speedup") is not None or d["deployment_id"] in logged:
         return "logs"
     return None
 
 
+def prompt_mismatch(d: dict[str, Any], base: dict[str, Any] | None) -> tuple[float, float] | None:
+    """The two sides' median prompt lengths when they lie more than PROMPT_MISMATCH apart."""
+    if base is None:
+        return None
+    mine, theirs = d.get("prompt_tokens_median"), base.get("prompt_tokens_median")
+    if not mine or not theirs:
+        return None
+    if abs(mine - theirs) > PROMPT_MISMATCH * max(mine, theirs):
+        return mine, theirs
+    return None
+
+
 def speedup_evidence(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per speculative deployment id, the speedup it is judged by (module docstring)."""
-    requests = {d["deployment_id"]: d.get("num_requests") for d in doc["deployments"]}
+    by_id = {d["deployment_id"]: d for d in doc["deployments"]}
     logged = {r["deployment_id"] for r in doc.get("intervals") or []}
     out: dict[str, dict[str, Any]] = {}
     for d in doc["deployments"]:
@@ -58,27 +82,43 @@ def speedup_evidence(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         basis = basis_of(d, logged)
         value = interval = coverage = None
+        matched = (d.get("matched") or {}).get(basis) or {} if basis else {}
         if basis is not None:
             value_key, interval_key, coverage_key = _KEYS[basis]
             value, interval, coverage = d.get(value_key), d.get(interval_key), d.get(coverage_key)
         # a logs speedup resamples log intervals, not requests; a TPOT speedup counts the
         # requests with both times
         by_requests = basis != "logs"
-        own = d.get("tpot_speedup_requests") if basis == "tpot" else requests.get(d["deployment_id"])
+        own = d.get("tpot_speedup_requests") if basis == "tpot" else (by_id.get(d["deployment_id"]) or {}).get(
+            "num_requests")
+        base = by_id.get(d.get("baseline_id")) if d.get("baseline_id") else None
+        context_known = bool(matched.get("context_known"))
+        matched_on = ["load", "context"] if context_known else ["load"]
+        mismatch = None if context_known else prompt_mismatch(d, base)
         out[d["deployment_id"]] = {
             "basis": basis, "speedup": value, "interval": interval, "coverage": coverage,
             "num_requests": own if by_requests else None,
             "baseline_id": d.get("baseline_id"),
-            "baseline_num_requests": requests.get(d.get("baseline_id")) if by_requests else None,
-            "reason": None if value is not None else _why_unknown(d, basis, logged),
+            "baseline_num_requests": (base or {}).get("num_requests") if by_requests else None,
+            "reason": None if value is not None else _why_unknown(d, basis, logged, matched),
+            "loads": matched.get("loads"), "baseline_loads": matched.get("baseline_loads"),
+            "variance": matched.get("variance"), "blocks": matched.get("blocks"),
+            "matched_on": matched_on if basis else [],
+            "context_known": context_known,
+            "not_matched": ([{"on": "context", "prompt_tokens_median": mismatch[0],
+                              "baseline_prompt_tokens_median": mismatch[1]}] if mismatch else []),
+            "never_met": bool(value is None and matched.get("loads") and matched.get("baseline_loads")),
         }
     return out
 
 
-def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str]) -> str:
+def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str], matched: dict[str, Any]) -> str:
     """Why a deployment has no speedup to decide with, in words a note can carry."""
     if d.get("baseline_id") is None:
         return d.get("speedup_note") or "no matched baseline"
+    if matched.get("loads") and matched.get("baseline_loads"):
+        return (f"it ran at {load_range(matched['loads'], basis)} and {d['baseline_id']} at "
+                f"{load_range(matched['baseline_loads'], basis)}: never at comparable loads")
     if basis == "rounds":
         return d.get("speedup_note") or "the speedup is unknown"
     if basis == "logs":
@@ -86,4 +126,23 @@ def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str]) -> str:
             return (f"its baseline {d['baseline_id']} has no log intervals: the speedup from logs compares both "
                     "sides' logged generation throughput")
         return (d.get("log_speedup_evidence") or {}).get("note") or "the speedup from logs is unknown"
+    if basis == "tpot":
+        return f"its baseline {d['baseline_id']} has no requests with both a first-token and a finish time"
     return "no steps, and no request timings or log intervals on both sides"
+
+
+LOAD_NOUNS = {"rounds": "batch", "tpot": "concurrency", "logs": "running requests"}
+
+
+def load_range(loads: list[float] | None, basis: str | None) -> str:
+    """ "batch 65-128", "concurrency 7.5-8.4", "running requests 30": a range of loads named
+    as its basis measures them."""
+    if not loads:
+        return "unknown loads"
+    noun = LOAD_NOUNS.get(basis or "rounds", "batch")
+
+    def shown(v: float) -> str:
+        return f"{v:g}" if basis == "tpot" else f"{round(v):d}"
+
+    low, high = loads
+    return f"{noun} {shown(low)}" if shown(low) == shown(high) else f"{noun} {shown(low)}-{shown(high)}"

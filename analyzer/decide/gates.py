@@ -73,6 +73,7 @@ from typing import Any
 import duckdb
 
 from ..analysis.config import Config
+from ..analysis.latency_intervals import histograms, percentile_intervals
 
 GATES = ("correctness", "quality", "latency", "capacity")
 BASELINE_GATES = ("latency", "capacity")
@@ -106,10 +107,17 @@ def evaluate_gates(con: duckdb.DuckDBPyConnection, config: Config | None = None,
     present = _Presence(con)
     result = con.execute("select * from gate_inputs order by deployment_id")
     names = [d[0] for d in result.description]
+    inputs = [dict(zip(names, values)) for values in result.fetchall()]
+    latency = percentile_intervals(histograms(con), {r["deployment_id"]: r["baseline_id"] for r in inputs},
+                                   seed=config.intervals.seed, replicates=config.intervals.latency_replicates)
+    loads = {r[0]: r[1] for r in con.execute(
+        "select deployment_id, load from tpot_speedup where load is not null").fetchall()}
     out: list[dict] = []
-    for values in result.fetchall():
-        row = dict(zip(names, values))
+    for row in inputs:
         baseline = row["method"] == "none"
+        row["latency"] = latency.get(row["deployment_id"], {})
+        row["load"] = loads.get(row["deployment_id"])
+        row["baseline_load"] = loads.get(row["baseline_id"])
         if not baseline:
             row["evidence"] = (evidence or {}).get(row["deployment_id"]) or {
                 "basis": "rounds", "speedup": row["speedup"], "interval": None, "coverage": None,
@@ -182,40 +190,100 @@ def _check(name: str, value: Any, config: Config, reason: str | None, *, thresho
             "status": PASS if ok else FAIL, "reason": None}
 
 
+def _span(interval: list[float] | None, unit: str = " ms") -> str:
+    """An interval as a reason shows it: whole ms, or a ratio (``unit`` "") to two decimals."""
+    if not interval:
+        return "no interval"
+    if unit:
+        return f"[{interval[0]:,.0f}, {interval[1]:,.0f}]{unit}"
+    return f"[{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
 def _latency_check(name: str, row: dict, config: Config, reason: str | None, baseline: bool) -> dict:
-    """A latency check: the threshold, and for a speculative deployment its baseline's value
-    too (module docstring). A percentile of fewer than ``[evidence] min_requests`` values,
-    on either side, decides nothing: the check is unknown."""
+    """A latency check, judged against its target (docs/commands.md, "Gates"):
+
+    - it passes when the percentile's 95 % interval lies inside the target, whatever its
+      ratio to the baseline (a large rise inside the target is a ``finding``, no block);
+    - it is unknown while the interval straddles the target, or below ``[evidence]
+      min_requests`` requests;
+    - a percentile whose interval lies past the target fails (blocks) when the baseline at
+      the same load meets it (the baseline's matched percentile lies inside the target by
+      its interval), or when the deployment is worse than the baseline at the same load by
+      more than ``max_worsening`` (the ratio's interval lies above 1 + max_worsening); it is
+      shared when the baseline misses it too and the ratio lies within the tolerance, and
+      unknown otherwise: when the two ran at different loads (no matched cells for at least
+      min_speedup_coverage of its requests), or the data can't tell.
+
+    Without a matched baseline (and for a baseline itself) the target alone decides."""
     metric = name.split("_p")[0]
     value, n = row[name], row[f"{metric}_n"]
-    base_value = None if baseline else row[f"baseline_{name}"]
-    base_n = None if baseline else row[f"baseline_{metric}_n"]
-    check = _check(name, value, config, reason, baseline_value=base_value)
-    check["n"], check["baseline_n"] = n, base_n
+    info = (row.get("latency") or {}).get(name) or {}
+    check = _check(name, value, config, reason)
+    check.update(n=n, interval=info.get("interval"), baseline_n=None if baseline else row[f"baseline_{metric}_n"],
+                 baseline_interval=info.get("baseline_matched_interval"), ratio=info.get("ratio"),
+                 ratio_interval=info.get("ratio_interval"), matched_share=info.get("matched_share"),
+                 load=row.get("load"), baseline_load=None if baseline else row.get("baseline_load"),
+                 finding=None)
+    if not baseline:
+        check["baseline_value"] = info.get("baseline_matched")
+        limit = config.gates.latency.worsening_limit(name)
+        check["max_worsening"] = limit
+        check["worsening"] = (info["ratio"] - 1) if info.get("ratio") is not None else None
+    if check["status"] == UNKNOWN:
+        return check
     floor = config.evidence.min_requests
-    if check["status"] != UNKNOWN and n < floor:
-        check.update(status=UNKNOWN, reason=f"a percentile of {n:,} requests ({floor:,} needed, "
-                                            "[evidence] min_requests)")
-    elif check["status"] != UNKNOWN and base_value is not None and base_n < floor:
-        check.update(status=UNKNOWN, reason=f"the baseline's percentile rests on {base_n:,} requests ({floor:,} "
-                                            "needed, [evidence] min_requests)")
-    if baseline:
-        return check
-    limit = config.gates.latency.worsening_limit(name)
-    check["max_worsening"] = limit
-    check["worsening"] = None
-    base = check["baseline_value"]
-    if check["status"] == UNKNOWN or base is None or base <= 0:
-        return check
-    check["worsening"] = check["value"] / base - 1
-    if not _within(check["value"], base * (1 + limit), AT_MOST):
-        check.update(status=FAIL, reason=f"{check['worsening']:+.0%} on the baseline's value (tolerance "
-                                         f"{limit:.0%}): speculation's own doing")
-    elif check["status"] == FAIL and not _within(base, check["threshold"], AT_MOST):
-        check.update(status=SHARED, reason=f"the baseline misses it too ({check['worsening']:+.0%}, within "
-                                          f"{limit:.0%}): the service level, not speculation")
-    elif check["status"] == FAIL:
-        check["reason"] = "misses the threshold that the baseline meets"
+    target = check["threshold"]
+    interval = check["interval"]
+    if n < floor:
+        return _set(check, UNKNOWN, f"a percentile of {n:,} requests ({floor:,} needed, [evidence] min_requests)")
+    if not interval:
+        return _set(check, UNKNOWN, "no interval (too few blocks of requests to resample)")
+    if _within(interval[1], target, AT_MOST):
+        if not baseline and check["ratio_interval"] and not _within(
+                check["ratio_interval"][0], 1 + check["max_worsening"], AT_MOST):
+            check["finding"] = (f"{check['ratio']:.0%} of {row['baseline_id']}'s at the same load "
+                                f"({_span(check['ratio_interval'], '')} as a ratio), inside the target")
+        return _set(check, PASS, None)
+    if not _clears(interval[0], target):
+        return _set(check, UNKNOWN, f"its 95% interval {_span(interval)} includes the target ({target:,.0f} ms)")
+    # the percentile misses its target, by its interval
+    if baseline or row["baseline_id"] is None:
+        return _set(check, FAIL, None if baseline else "misses the target; no matched baseline to compare with")
+    base_id = row["baseline_id"]
+    if check["baseline_n"] < floor:
+        return _set(check, UNKNOWN, f"misses the target, but {base_id}'s percentile rests on "
+                                    f"{check['baseline_n']:,} requests ({floor:,} needed, [evidence] min_requests)")
+    share = check["matched_share"]
+    if share is None or share < config.gates.capacity.min_speedup_coverage or check["baseline_value"] is None:
+        loads = _loads_text(check, base_id)
+        return _set(check, UNKNOWN, f"misses the target, but not matched on load: {loads}; the baseline's "
+                                    "value at another load says nothing about speculation")
+    b_int, r_int = check["baseline_interval"], check["ratio_interval"]
+    limit = check["max_worsening"]
+    if b_int and _within(b_int[1], target, AT_MOST):
+        return _set(check, FAIL, f"misses the target, which {base_id} meets at the same load "
+                                 f"({check['baseline_value']:,.0f} ms, {_span(b_int)})")
+    if r_int and _clears(r_int[0], 1 + limit):
+        return _set(check, FAIL, f"{check['ratio']:.2f}× {base_id}'s at the same load ({_span(r_int, '')}), "
+                                 f"beyond the tolerance of {limit:.0%}")
+    if b_int and _clears(b_int[0], target) and r_int and _within(r_int[1], 1 + limit, AT_MOST):
+        return _set(check, SHARED, f"{base_id} misses it too at the same load ({check['baseline_value']:,.0f} ms, "
+                                   f"{_span(b_int)}), within {limit:.0%}: the service level, not speculation")
+    return _set(check, UNKNOWN, f"misses the target; at the same load {base_id} gives {check['baseline_value']:,.0f} "
+                                f"ms ({_span(b_int)}) and the ratio {_span(r_int, '')} can't tell speculation's "
+                                "share from the service level's")
+
+
+def _loads_text(check: dict, base_id: str) -> str:
+    if check.get("load") is not None and check.get("baseline_load") is not None:
+        return (f"it ran at concurrency {float(check['load']):g} and {base_id} at {float(check['baseline_load']):g} "
+                f"(medians; {0 if check['matched_share'] is None else check['matched_share']:.0%} of its requests "
+                "at loads both ran)")
+    return f"{0 if check['matched_share'] is None else check['matched_share']:.0%} of its requests ran at loads {base_id} ran"
+
+
+def _set(check: dict, status: str, reason: str | None) -> dict:
+    check.update(status=status, reason=reason)
     return check
 
 
@@ -230,7 +298,13 @@ def _speedup_check(row: dict, config: Config) -> dict:
         return check
     interval, coverage = ev.get("interval"), ev.get("coverage")
     requests, needed = ev.get("num_requests"), config.evidence.min_requests
-    if requests is not None and requests < needed:
+    if ev.get("not_matched"):
+        miss = ev["not_matched"][0]
+        check.update(status=UNKNOWN, reason=(
+            f"not matched on context: median prompts of {miss['prompt_tokens_median']:,.0f} tokens against "
+            f"{miss['baseline_prompt_tokens_median']:,.0f} on {ev['baseline_id']}, and no context lengths to "
+            "match the steps on"))
+    elif requests is not None and requests < needed:
         check.update(status=UNKNOWN, reason=f"it rests on {requests:,} of the deployment's requests "
                                             f"({needed:,} needed, [evidence] min_requests)")
     elif interval is None or None in interval:
@@ -273,11 +347,46 @@ def _correctness(row: dict, config: Config, present: _Presence, baseline: bool) 
                      or (f"baseline {base} has no clean request" if not row["baseline_num_requests"] else None)
                      or _too_few(row["num_requests"], row["baseline_num_requests"], config))
     known = failed_reason is None
-    limit = (row["baseline_failed_share"] + config.gates.correctness.max_failed_share_rise) if known else \
-        config.gates.correctness.max_failed_share_rise
-    checks.append(_check("failed_share", row["failed_share"] if known else None, config, failed_reason,
-                         threshold=limit, baseline_value=row["baseline_failed_share"] if known else None))
+    rise = config.gates.correctness.max_failed_share_rise
+    check = _check("failed_share", row["failed_share"] if known else None, config, failed_reason,
+                   threshold=rise, baseline_value=row["baseline_failed_share"] if known else None)
+    if known:
+        lo, hi = share_difference(row["failed_requests"], row["num_requests"], row["baseline_failed_requests"],
+                                  row["baseline_num_requests"])
+        check.update(rise=row["failed_share"] - row["baseline_failed_share"], rise_interval=[lo, hi],
+                     n=row["num_requests"], baseline_n=row["baseline_num_requests"])
+        if _clears(lo, rise):
+            _set(check, FAIL, f"the share rose by {lo:.1%} at least (one-sided 95%), more than {rise:.1%}")
+        elif _within(hi, rise, AT_MOST):
+            _set(check, PASS, None)
+        else:
+            _set(check, UNKNOWN, f"the rise over {row['baseline_id']}'s share lies in [{lo:+.1%}, {hi:+.1%}] "
+                                 f"(90%): it can't tell a rise of more than {rise:.1%} from noise")
+    checks.append(check)
     return checks
+
+
+Z95_ONE_SIDED = 1.6448536269514722
+
+
+def share_difference(x1: int, n1: int, x2: int, n2: int, z: float = Z95_ONE_SIDED) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (his method 10) for p1 − p2, from the Wilson score
+    intervals of each share at ``z``: with the default z each bound is one-sided 95 %, so a
+    lower bound above a tolerance shows a rise beyond it at 95 %. It holds its level where
+    the normal approximation does not (0 of 12 failed: the Wilson upper bound is 18 %)."""
+    l1, u1 = wilson(x1, n1, z)
+    l2, u2 = wilson(x2, n2, z)
+    p1, p2 = x1 / n1, x2 / n2
+    return (p1 - p2 - ((p1 - l1) ** 2 + (u2 - p2) ** 2) ** 0.5, p1 - p2 + ((u1 - p1) ** 2 + (p2 - l2) ** 2) ** 0.5)
+
+
+def wilson(x: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson's score interval of the share x / n."""
+    p = x / n
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / denominator
+    return max(0.0, center - half), min(1.0, center + half)
 
 
 def _too_few(n: int, baseline_n: int, config: Config) -> str | None:

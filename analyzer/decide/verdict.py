@@ -43,6 +43,8 @@ from typing import Any
 from ..analysis.config import Config
 from .gates import FAIL, SHARED, UNKNOWN, blocking_checks
 from ..analysis.precision import with_interval
+from .configs import no_baseline_buckets
+from .evidence import load_range
 
 # How a check reads in a sentence: its label, and how its value is written.
 CHECK_LABELS: dict[str, tuple[str, str]] = {
@@ -83,19 +85,23 @@ def failed_check_text(check: dict[str, Any]) -> str:
 def blocking_text(check: dict[str, Any], baseline_id: str | None) -> str:
     """Why one blocking check blocks, against the baseline where it was compared with it."""
     label, kind = _label(check["name"])
-    base = check.get("baseline_value")
-    if check["name"] == "failed_share" and base is not None:
-        return (f"{label} {_number(kind, check['value'], unit=True)} vs {_number(kind, base, unit=True)} on "
-                f"{baseline_id} (more than {100 * (check['threshold'] - base):.1f} percentage points above)")
-    worsening, limit = check.get("worsening"), check.get("max_worsening")
-    if worsening is not None and limit is not None and worsening > limit:
-        times = check["value"] / base
-        change = f"{times:.1f}× its baseline's" if times >= 2 else f"{worsening:.0%} above its baseline's"
-        return (f"speculation makes {label} {_number(kind, check['value'], unit=True)}, {change} "
-                f"{_number(kind, base, unit=True)} ({baseline_id}; the tolerance is {limit:.0%})")
-    if base is not None:
-        return f"{failed_check_text(check)}, which {baseline_id} meets ({_number(kind, base, unit=True)})"
+    if check["name"] == "failed_share" and check.get("rise_interval"):
+        lo = check["rise_interval"][0]
+        return (f"{label} {check['value']:.1%} vs {check['baseline_value']:.1%} on {baseline_id}: a rise of at "
+                f"least {lo:.1%} (one-sided 95%), more than the {check['threshold']:.1%} tolerated")
+    if check.get("interval") and check["name"] in LATENCY_CHECKS:
+        shown = f"{label} {_number(kind, check['value'], unit=True)} [{check['interval'][0]:,.0f}, " \
+                f"{check['interval'][1]:,.0f}] > {_number(kind, check['threshold'], unit=False)}"
+        if check.get("reason"):
+            return f"{shown}: {check['reason']}"
+        return shown
     return failed_check_text(check)
+
+
+LATENCY_CHECKS = ("ttft_p99_ms", "tpot_p95_ms", "max_stall_p99_ms")
+# The order a verdict gives blocking reasons in: speed first, then latency, then the rest.
+REASON_ORDER = ("speedup", "ttft_p99_ms", "tpot_p95_ms", "max_stall_p99_ms", "failed_share", "match_rate",
+                "quality_drop", "preemptions_per_request")
 
 
 def shared_text(check: dict[str, Any], deployments: list[tuple[str, float]], baseline_id: str) -> str:
@@ -129,19 +135,24 @@ def _ratio(value: float, interval: list[float] | None) -> str:
     return with_interval(value, *(interval or (None, None)), suffix="×")
 
 
-def gain_text(ev: dict[str, Any]) -> str:
-    """The speedup a verdict rests on, with its interval and what it is measured on."""
-    shown = _ratio(ev["speedup"], ev.get("interval"))
+MATCHED_ON = {("rounds", True): "at the same batch sizes and contexts", ("rounds", False): "at the same batch sizes",
+              ("tpot", False): "by request timings at the same concurrency",
+              ("logs", False): "from engine logs at the same running requests"}
+
+
+def gain_text(ev: dict[str, Any], value: float | None = None, interval: list[float] | None = None) -> str:
+    """The speedup a verdict rests on, with its interval and what it is matched on (``value``
+    and ``interval``: another speedup on the same steps, a capped config's say)."""
+    shown = _ratio(ev["speedup"] if value is None else value, ev.get("interval") if value is None else interval)
     base = ev["baseline_id"]
     coverage = f"{ev['coverage']:.0%}" if ev.get("coverage") is not None else "an unknown share"
     requests = f"{ev['num_requests']:,} requests" if ev.get("num_requests") else "its requests"
+    matched = MATCHED_ON.get((ev["basis"], bool(ev.get("context_known"))), "at the same loads")
     if ev["basis"] == "tpot":
-        return (f"{shown} the output-token rate of {base} by request timings, not matched on batch size, "
-                f"on {coverage} of its output tokens ({requests})")
+        return f"{shown} the output-token rate of {base} {matched}, on {coverage} of its output tokens ({requests})"
     if ev["basis"] == "logs":
-        return (f"{shown} the throughput of {base} from engine logs at the same running requests, on "
-                f"{coverage} of its generated tokens")
-    return f"{shown} the throughput of {base} on {coverage} of its tokens ({requests})"
+        return f"{shown} the throughput of {base} {matched}, on {coverage} of its generated tokens"
+    return f"{shown} the throughput of {base} {matched}, on {coverage} of its tokens ({requests})"
 
 
 def _undecided(ev: dict[str, Any], config: Config) -> str:
@@ -149,42 +160,105 @@ def _undecided(ev: dict[str, Any], config: Config) -> str:
     says the same with the raw numbers)."""
     gate, floor = config.gates.capacity, config.evidence.min_requests
     interval, coverage, n = ev.get("interval"), ev.get("coverage"), ev.get("num_requests")
+    if ev.get("not_matched"):
+        miss = ev["not_matched"][0]
+        return (f"it is not matched on context: median prompts of {miss['prompt_tokens_median']:,.0f} tokens against "
+                f"{miss['baseline_prompt_tokens_median']:,.0f} on {ev['baseline_id']}, and no context lengths "
+                "to match its steps on")
     if n is not None and n < floor:
         return f"it rests on {n:,} requests ({floor:,} needed)"
     if not interval or None in interval:
         return "there is no interval to tell noise from a gain"
     if interval[0] > gate.min_speedup:
         share = "an unknown share" if coverage is None else f"only {coverage:.0%}"
-        return f"it covers {share} of its tokens ({gate.min_speedup_coverage:.0%} needed)"
+        return (f"it covers {share} of its tokens ({gate.min_speedup_coverage:.0%} needed): the rest ran where "
+                f"{ev['baseline_id']} never did")
     return f"the interval includes {gate.min_speedup:g}, so the data can't tell whether it pays"
 
 
-def _settle(ev: dict[str, Any], d: dict[str, Any], config: Config) -> str:
-    """What would settle an inconclusive speedup: more requests, or a baseline where it ran."""
+def _settle(ev: dict[str, Any], d: dict[str, Any], config: Config, doc: dict[str, Any] | None = None) -> str:
+    """What would settle an inconclusive speedup: the data on the short side, a baseline where
+    it ran, or context lengths."""
     gate, floor = config.gates.capacity, config.evidence.min_requests
     coverage, interval = ev.get("coverage"), ev.get("interval")
+    if ev.get("not_matched"):
+        return (f"context_len on the rounds of both {d['deployment_id']} and {ev['baseline_id']} (so each step is "
+                f"matched at its context), or a baseline serving the same prompts, would settle it")
     if ev.get("num_requests") is not None and ev["num_requests"] < floor:
         return f"at least {floor:,} of its requests (it has {ev['num_requests']:,}) would settle it"
     if interval and interval[0] > gate.min_speedup and (coverage is None or coverage < gate.min_speedup_coverage):
         missing = [u for u in d.get("uncovered_buckets") or [] if u.get("committed_share")]
         if ev["basis"] == "rounds" and missing:
-            where = ", ".join(u["batch_bucket"] for u in missing)
+            where = _where(missing)
             share = sum(u["committed_share"] for u in missing)
-            return (f"a baseline that ran at batch {where} (where {share:.0%} of its tokens ran, enough "
-                    f"steps and requests for a t0) would settle it")
-        return f"a baseline that ran the traffic it ran (at least {gate.min_speedup_coverage:.0%} of its tokens) would settle it"
+            return (f"{ev['baseline_id']} measured at {where} (where {share:.0%} of its tokens ran), with enough "
+                    "steps and requests at each load, would settle it")
+        return (f"a baseline that ran the loads it ran (at least {gate.min_speedup_coverage:.0%} of its tokens) "
+                "would settle it")
     if not interval or None in interval:
         return "more requests, enough to resample, would settle it"
-    half = (interval[1] - interval[0]) / 2
-    distance = abs(ev["speedup"] - gate.min_speedup)
+    return _settle_by_side(ev, d, gate.min_speedup, doc)
+
+
+def _where(uncovered: list[dict[str, Any]]) -> str:
+    """ "batch 65-128" or "batch 70 and batch 100-128": where uncovered steps ran."""
+    names = []
+    for u in uncovered:
+        low, high = u.get("min_batch_size"), u.get("max_batch_size")
+        name = (f"batch {u['batch_bucket']}" if low is None else
+                f"batch {low}" if low == high else f"batch {low}-{high}")
+        if name not in names:
+            names.append(name)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _settle_by_side(ev: dict[str, Any], d: dict[str, Any], minimum: float, doc: dict[str, Any] | None) -> str:
+    """Which side's data would settle an interval that includes ``minimum``, and how much.
+
+    The interval is the speedup ×/÷ exp(t·√(V_D + V_B)) (analysis.uncertainty): each side's
+    variance falls as 1/n in its data, so f times one side's requests gives V_side / f. The
+    interval excludes ``minimum`` once t·√V' < |ln(speedup / minimum)|; the cheaper side
+    that gets there alone is named, or both when neither can."""
+    interval, value = ev["interval"], ev["speedup"]
+    variance = ev.get("variance") or {}
+    vd, vb = variance.get("deployment"), variance.get("baseline")
+    distance = abs(math.log(value / minimum))
+    half = (math.log(interval[1]) - math.log(interval[0])) / 2
+    if half <= 0 or distance <= 0:
+        return f"more data would settle it only if the speedup moved: it sits at {minimum:g}"
     n = ev.get("num_requests")
-    # the interval narrows as 1/√n: n · (half / distance)² requests would just exclude min_speedup
-    factor = (half / distance) ** 2 if distance > 0 else math.inf
-    if half <= 0 or not n or factor > MAX_SETTLE_FACTOR:
-        return ("more requests would settle it only if the speedup moved: it sits within "
-                f"{distance:.3g} of min_speedup")
-    return (f"about {factor:.1f}× its requests (≈ {math.ceil(n * factor):,}) would settle it, if the speedup "
-            "stays where it is")
+    base_n = ev.get("baseline_num_requests")
+    base = ev["baseline_id"]
+    if vd is None or vb is None or vd + vb <= 0:
+        factor = (half / distance) ** 2
+        if not n or factor > MAX_SETTLE_FACTOR:
+            return (f"more requests would settle it only if the speedup moved: it sits within "
+                    f"{abs(value - minimum):.3g} of {minimum:g}")
+        return f"about {factor:.1f}× its requests (≈ {math.ceil(n * factor):,}) would settle it, if the speedup stays"
+    # the variance that would just exclude the minimum, at the same t
+    needed = (vd + vb) * (distance / half) ** 2
+    options = []
+    if needed > vb and vd > 0:
+        options.append(("deployment", vd / (needed - vb)))
+    if needed > vd and vb > 0:
+        options.append(("baseline", vb / (needed - vd)))
+    if not options:
+        factor = (vd + vb) / needed
+        if factor > MAX_SETTLE_FACTOR:
+            return (f"more data would settle it only if the speedup moved: it sits within "
+                    f"{abs(value - minimum):.3g} of {minimum:g}")
+        return (f"about {factor:.1f}× the requests of both {d['deployment_id']} and {base} would settle it, if "
+                "the speedup stays (neither side alone can)")
+    side, factor = min(options, key=lambda o: o[1])
+    who, count = (d["deployment_id"], n) if side == "deployment" else (base, base_n)
+    short = "the deployment" if side == "deployment" else "its baseline"
+    share = (vd if side == "deployment" else vb) / (vd + vb)
+    if factor > MAX_SETTLE_FACTOR:
+        return (f"more data would settle it only if the speedup moved: it sits within "
+                f"{abs(value - minimum):.3g} of {minimum:g}")
+    amount = f" (≈ {math.ceil(count * factor):,} requests)" if count else ""
+    return (f"{short} is the short side ({share:.0%} of the interval's variance): about {factor:.1f}× "
+            f"{who}'s requests{amount} would settle it, if the speedup stays")
 
 
 def _undecided_settle(ev: dict[str, Any], d: dict[str, Any], doc: dict[str, Any]) -> str:
@@ -202,8 +276,10 @@ def _undecided_settle(ev: dict[str, Any], d: dict[str, Any], doc: dict[str, Any]
         return (f"longer logs of both {dep} and {base}, with the same running-request counts"
                 + (f" ({floor} usable lines each per bucket, [evidence] min_log_intervals)" if floor else "")
                 + ", would decide it")
+    if ev.get("never_met"):
+        return (f"{base} measured at {load_range(ev['loads'], ev['basis'])}, where {dep} ran, would settle it")
     if ev["basis"] == "rounds":
-        return (f"steps of {base} at the batch sizes {dep} ran (enough steps and requests for a t0 there) "
+        return (f"steps of {base} at the batch sizes {dep} ran (enough steps and requests at each load) "
                 "would decide it")
     return f"request timings (first_token_time, finish_time) of both {dep} and {base} would decide it"
 
@@ -268,14 +344,16 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
                  config: Config) -> dict[str, Any]:
     dep, base = d["deployment_id"], d.get("baseline_id")
     ranges = rec.get("num_speculative_tokens_per_batch_size") or None
-    blocking = blocking_checks(gates, dep)
+    blocking = sorted(blocking_checks(gates, dep), key=lambda c: REASON_ORDER.index(c["name"])
+                      if c["name"] in REASON_ORDER else len(REASON_ORDER))
     shared = [c for c in mine if c["status"] == SHARED]
     speed = next((c for c in mine if c["name"] == "speedup"), None)
-    # gates left unknown by missing data (the speedup's own unknown is the verdict's subject)
-    not_checked = [g["gate"] for g in gates if g["deployment_id"] == dep and any(
-        c["status"] == UNKNOWN and c["name"] != "speedup" for c in g["checks"])]
+    # checks left unknown (the speedup's own unknown is the verdict's subject)
+    not_checked = [c for c in mine if c["status"] == UNKNOWN and c["name"] != "speedup"]
     settle = None
     pays = ranges and any(k > 0 for _, _, k in ranges)
+    capped = rec.get("config_speedup")
+    unmeasured = no_baseline_buckets(rec)
     if blocking:
         action = "dont_ship"
         reasons = []
@@ -287,27 +365,50 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
         text = f"Don't ship {dep}: " + "; ".join(reasons) + "."
         if speed is not None and speed["status"] == "pass" and pays:
             text += f" Otherwise it pays, {gain_text(ev)}, with {_config(ranges)}."
-        elif speed is not None and speed["status"] == FAIL and pays and ranges[-1][2] == 0 and ev["basis"] == "rounds":
+        elif speed is not None and speed["status"] == FAIL and pays and ev["basis"] == "rounds":
             cap = max(end for _, end, k in ranges if k > 0)
+            on_same = (f" ({_ratio(capped['speedup'], capped['interval'])} on the same steps)"
+                       if capped and capped.get("speedup") is not None else "")
             text += (f" It pays at batch sizes up to {cap}: {_config(ranges)} turns speculation off where it "
-                     "loses; measure that config before deciding again.")
+                     f"does not{on_same}; measure that config before deciding again.")
+    elif ev["speedup"] is None and ev.get("never_met"):
+        action = "inconclusive"
+        settle = _undecided_settle(ev, d, doc)
+        text = (f"Not enough data to decide {dep}: not matched on load, it ran at "
+                f"{load_range(ev['loads'], ev['basis'])} and {base} at {load_range(ev['baseline_loads'], ev['basis'])}"
+                f"; {settle}.")
     elif ev["speedup"] is None:
         action = "unknown"
         settle = _undecided_settle(ev, d, doc)
         text = f"No verdict for {dep}: its speedup is unknown ({ev['reason']}); {settle}."
     elif speed is not None and speed["status"] == UNKNOWN:
         action = "inconclusive"
-        settle = _settle(ev, d, config)
+        settle = _settle(ev, d, config, doc)
         text = (f"Not enough data to decide {dep}: {gain_text(ev)}; {_undecided(ev, config)}. "
                 f"{settle[0].upper()}{settle[1:]}.")
     elif ranges and all(k == 0 for _, _, k in ranges):
-        action = "dont_ship"
-        text = (f"Don't ship {dep}: no batch size is predicted to gain from speculation, though it measured "
-                f"{gain_text(ev)}; see section Speculation length.")
-    elif ranges and ranges[-1][2] == 0:
+        if any(b.get("evidence") == "loses" for b in rec.get("buckets") or []):
+            action = "dont_ship"
+            text = (f"Don't ship {dep}: no batch range pays by its own evidence, though over all of its tokens it "
+                    f"measured {gain_text(ev)}; see section Speculation length.")
+        else:
+            action = "inconclusive"
+            settle = "a baseline at the loads it ran, and more requests at each, would settle it"
+            text = (f"Not enough data to decide {dep}: {gain_text(ev)}, but no batch range's own speedup decides "
+                    f"its length ({_unmeasured_text(unmeasured, base) or 'none is above 1 by its interval'}). "
+                    f"{settle[0].upper()}{settle[1:]}.")
+    elif ranges and any(k == 0 for _, _, k in ranges):
         action = "cap"
-        cap = max(end for _, end, k in ranges if k > 0)
-        text = f"Ship {dep} with speculation capped at batch {cap}, {_config(ranges)}: {gain_text(ev)}."
+        off = [f"{start}-{end}" if start != end else f"{start}" for start, end, k in ranges if k == 0]
+        where = ("capped at batch " + str(max(end for _, end, k in ranges if k > 0))
+                 if ranges[-1][2] == 0 and len(off) == 1 else "off at batch " + ", ".join(off))
+        quoted = (gain_text(ev, capped["speedup"], capped["interval"]) + " with that config, on the same steps"
+                  if capped and capped.get("speedup") is not None else gain_text(ev))
+        text = f"Ship {dep} with speculation {where}, {_config(ranges)}: {quoted}"
+        if capped and capped.get("speedup") is not None:
+            text += f" (as it ran: {_ratio(ev['speedup'], ev.get('interval'))})"
+        missing = _unmeasured_text(unmeasured, base)
+        text += (f"; {missing}." if missing else ".")
     elif ranges:
         action = "ship"
         text = f"Ship {dep} with {_config(ranges)}: {gain_text(ev)}."
@@ -315,22 +416,61 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
         action = "ship"
         text = (f"Ship {dep} as configured (num_speculative_tokens {d['num_speculative_tokens']}): "
                 f"{gain_text(ev)}; no per-batch recommendation"
-                + (" (it needs steps)." if ev["basis"] != "rounds" else " (see section Speculation length)."))
+                + (" (it needs steps)." if ev["basis"] != "rounds" else " (no batch range decides on its own; see "
+                   "section Speculation length)."))
+    if ev.get("basis") == "rounds" and not ev.get("context_known") and action in ("ship", "cap"):
+        text += " Not matched on context: the rounds have no context_len."
     if action in ("ship", "cap") and not_checked:
-        text += (f" Not checked: the {', '.join(not_checked)} gate{'s' if len(not_checked) > 1 else ''} "
-                 "(data missing).")
+        text += " Not checked: " + "; ".join(f"{_label(c['name'])[0]} ({_short(c['reason'])})"
+                                             for c in not_checked) + "."
     return {"deployment_id": dep, "action": action, "basis": ev["basis"], "config": ranges, "text": text,
             "speedup": ev["speedup"], "speedup_interval": ev.get("interval"), "coverage": ev.get("coverage"),
+            "config_speedup": capped.get("speedup") if capped else None,
+            "config_speedup_interval": capped.get("interval") if capped else None,
+            "matched_on": ev.get("matched_on"), "not_matched": ev.get("not_matched"),
             "num_requests": ev.get("num_requests"), "baseline_id": base,
             "baseline_num_requests": ev.get("baseline_num_requests"),
             "blocking": [_entry(c) for c in blocking], "shared": [_entry(c) for c in shared],
-            "not_checked": not_checked, "settle": settle}
+            "not_checked": [c["name"] for c in not_checked], "settle": settle}
+
+
+def _short(reason: str | None) -> str:
+    """A check's reason up to its first clause: what a "Not checked" list says of it."""
+    if not reason:
+        return "unknown"
+    cut = min((i for i in (reason.find(": "), reason.find("; ")) if i > 0), default=len(reason))
+    return reason[:cut]
+
+
+def _unmeasured_text(buckets_: list[dict[str, Any]], baseline_id: str | None) -> str | None:
+    """ "no baseline at batch 65-128: speculation off there until measured"."""
+    if not buckets_:
+        return None
+    names = [b["batch_bucket"] for b in buckets_]
+    where = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"no baseline at batch {where}: speculation off there until {baseline_id or 'a baseline'} is measured there"
+
+
+PASSING = ("ship", "cap")
+
+
+def check_failures(verdicts_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``report --check`` and ``nightly``: the speculative deployments that do not pass, one
+    rule, the report's own: a speculative deployment passes only with ship or cap. Each
+    entry: deployment_id, action, and the reason in one line (the verdict's text after its
+    first colon, or its blocking checks)."""
+    out = []
+    for v in verdicts_:
+        if v["action"] in PASSING or v["action"] == "baseline":
+            continue
+        reason = v["text"].split(": ", 1)[1] if ": " in v["text"] else v["text"]
+        out.append({"deployment_id": v["deployment_id"], "action": v["action"], "reason": reason})
+    return out
 
 
 def any_blocked(verdicts_: list[dict[str, Any]]) -> bool:
-    """True when a check blocks some speculative deployment: ``report --check`` and ``nightly``
-    exit 1. A baseline's misses and shared checks block nothing."""
-    return any(v["blocking"] for v in verdicts_)
+    """True when some speculative deployment does not pass (``check_failures``)."""
+    return bool(check_failures(verdicts_))
 
 
 def shared_findings(doc: dict[str, Any]) -> list[str]:

@@ -34,7 +34,7 @@ costs. That is the number the report's speedup estimates: the time plain decodin
 would need for the deployment's tokens at its own loads and contexts, over its time.
 
 Load: a deployment runs in ``phases``, each at a fixed batch size for a number of
-steps. A phase starts with ``batch_size`` requests; whenever one finishes, a new one
+steps (and, where a phase says so, with prompts of its own lengths). A phase starts with ``batch_size`` requests; whenever one finishes, a new one
 takes its slot at once, so every step of the phase has exactly that batch size. When
 the phase's steps are done, the requests still running are cut off (finish_reason
 ``length``). Phases follow each other after a minute of idle time. A request's
@@ -83,6 +83,7 @@ class Costs:
 class Phase:
     batch_size: int
     steps: int
+    prompt_tokens: tuple[int, int] | None = None   # this phase's prompts (default: the side's)
 
 
 @dataclass(frozen=True)
@@ -155,10 +156,12 @@ def run_side(side: Side, rng: np.random.Generator, baseline_costs: Costs | None 
     drift_level = 1.0
     next_id = 0
 
+    prompts = side.prompt_tokens
+
     def new_request(now: float) -> dict:
         nonlocal next_id
         next_id += 1
-        prompt = int(rng.integers(side.prompt_tokens[0], side.prompt_tokens[1] + 1))
+        prompt = int(rng.integers(prompts[0], prompts[1] + 1))
         target = int(rng.integers(side.output_tokens[0], side.output_tokens[1] + 1))
         return {"id": f"req-{next_id:06d}", "arrival": now - side.ttft_ms, "first": now, "prompt": prompt,
                 "target": target, "done": 0, "rounds": 0}
@@ -175,6 +178,7 @@ def run_side(side: Side, rng: np.random.Generator, baseline_costs: Costs | None 
     for p_index, phase in enumerate(side.phases):
         if p_index:
             clock += PHASE_GAP_MS
+        prompts = phase.prompt_tokens or side.prompt_tokens
         active = [new_request(clock) for _ in range(phase.batch_size)]
         for _ in range(phase.steps):
             if side.drift and step_id % side.drift_period == 0:
@@ -261,8 +265,10 @@ def _table(name: str, columns: dict) -> pa.Table:
                      for k, v in columns.items()})
 
 
-def tables(trace: SideTrace, *, with_steps: bool = True, with_rounds: bool = True) -> dict[str, pa.Table]:
-    """The trace tables of one simulated deployment."""
+def tables(trace: SideTrace, *, with_steps: bool = True, with_rounds: bool = True,
+           context_lengths: bool = True) -> dict[str, pa.Table]:
+    """The trace tables of one simulated deployment (``context_lengths``: rounds.context_len
+    written, or left null as a trace that does not record it)."""
     side = trace.side
     dep = side.deployment_id
     r = trace.requests
@@ -301,7 +307,7 @@ def tables(trace: SideTrace, *, with_steps: bool = True, with_rounds: bool = Tru
             "num_accepted_tokens": q["accepted"],
             "num_committed_tokens": q["committed"],
             "stop_reason": q["stop"],
-            "context_len": q["context_len"],
+            "context_len": q["context_len"] if context_lengths else [None] * len(q["request_id"]),
         })
     return out
 
@@ -317,7 +323,7 @@ def deployments_table(sides: list[Side]) -> pa.Table:
 
 
 def write(outdir: str | Path, sides: list[Side], *, seed: int = 0, with_steps: bool = True,
-          with_rounds: bool = True) -> dict[str, SideTrace]:
+          with_rounds: bool = True, context_lengths: bool = True) -> dict[str, SideTrace]:
     """Simulate ``sides`` (each from its own stream of ``seed``) and write their traces to
     ``outdir``: deployments, requests and, unless left out, steps and rounds. Returns each
     deployment's SideTrace, for ``true_speedup``. A speculative side's true speedup uses the
@@ -333,7 +339,8 @@ def write(outdir: str | Path, sides: list[Side], *, seed: int = 0, with_steps: b
         rng = np.random.default_rng([seed, index])
         trace = run_side(side, rng, baseline_costs=base.costs if base is not None and side.gamma else None)
         traces[side.deployment_id] = trace
-        for name, table in tables(trace, with_steps=with_steps, with_rounds=with_rounds).items():
+        for name, table in tables(trace, with_steps=with_steps, with_rounds=with_rounds,
+                                  context_lengths=context_lengths).items():
             parts[name].append(table)
     pq.write_table(deployments_table(sides), outdir / "deployments.parquet")
     for name, found in parts.items():

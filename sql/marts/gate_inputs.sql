@@ -62,6 +62,7 @@ select
     k.failed_requests,
     k.failed_share,
     b.num_requests as baseline_num_requests,
+    b.failed_requests as baseline_failed_requests,
     b.failed_share as baseline_failed_share,
     l.ttft_p99_ms,
     l.tpot_p95_ms,

@@ -1,0 +1,186 @@
+"""How sure a latency percentile is, and the baseline's at the same load.
+
+The latency gate decides with percentiles (TTFT p99, TPOT p95, max stall p99). A p99 of
+591 requests rests on about six of them, so it moves from day to day; and a deployment
+that ran at a higher load than its baseline is slower per token for that reason alone.
+This module gives each percentile a 95 % interval and the matched baseline's percentile
+at the deployment's own load mix (docs/metrics.md, "Latency against its target"):
+
+- **Counts.** The view ``latency_cells`` counts each deployment's requests per block of
+  time (by arrival), load cell (its mean concurrency from request timings) and value bin
+  (1 % wide on a log scale). Nothing per request leaves the SQL.
+- **Bootstrap.** Each replicate weighs every coarse block of time (``BLOCKS`` of them,
+  contiguous in arrival order) by a Poisson(1) draw, the deployment's and the baseline's
+  independently, from a numpy Generator seeded by ``[intervals] seed`` and the
+  deployment, so a run gives the same intervals every time. A percentile of a replicate
+  is read off its weighted bins; the interval is the 2.5 % and 97.5 % quantiles of the
+  replicates' percentiles.
+- **The baseline at the same load.** The cells both sides ran in (the baseline with at
+  least ``MIN_CELL_REQUESTS`` requests there) are the matched cells; the baseline's
+  histogram is reweighted cell by cell to the deployment's requests there, and the
+  deployment's is restricted to them: ``baseline_matched`` and ``ratio`` (the
+  deployment's percentile over its matched requests ÷ the baseline's at the same load
+  mix) follow, each with its interval. ``matched_share`` is the share of the deployment's
+  requests (with a load) in matched cells; below ``[gates.capacity] min_speedup_coverage``
+  the two ran at different loads and no comparison is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .uncertainty import chunk
+
+CHECKS = {"ttft_p99_ms": ("ttft", 0.99), "tpot_p95_ms": ("tpot", 0.95), "max_stall_p99_ms": ("max_stall", 0.99)}
+BLOCKS = 32                 # coarse blocks of time per deployment that a replicate weighs
+MIN_CELL_REQUESTS = 5       # a baseline's load cell stands for the deployment's requests there from this many
+ZERO_BIN = -100000
+
+
+@dataclass
+class Histogram:
+    """One deployment's counts of one metric: [blocks, cells, bins], with the cell and bin labels."""
+
+    counts: np.ndarray
+    cells: list            # cell labels; None: requests without a load
+    bins: np.ndarray       # value bins (floor(100 · ln ms))
+
+    def values(self) -> np.ndarray:
+        return np.where(self.bins == ZERO_BIN, 0.0, np.exp((self.bins + 0.5) / 100))
+
+
+def _quantile(hist: np.ndarray, values: np.ndarray, p: float) -> np.ndarray:
+    """The p quantile of each row of weighted counts ``hist`` [R, bins] (bins ascending):
+    the value of the first bin whose cumulative weight reaches p of the total; nan for an
+    empty row."""
+    cum = np.cumsum(hist, axis=1)
+    total = cum[:, -1]
+    index = (cum < (p * total)[:, None]).sum(axis=1)
+    out = values[np.minimum(index, len(values) - 1)]
+    return np.where(total > 0, out, np.nan)
+
+
+def _coarse(counts: np.ndarray) -> np.ndarray:
+    """The blocks of ``counts`` [fine blocks, ...] summed into at most BLOCKS contiguous ones."""
+    ids = chunk(counts.shape[0], max(1, -(-counts.shape[0] // BLOCKS)))
+    out = np.zeros((int(ids.max()) + 1, *counts.shape[1:]))
+    np.add.at(out, ids, counts)
+    return out
+
+
+def _weights(seed: int, deployment: str, metric: str, replicates: int, blocks: int) -> np.ndarray:
+    key = hashlib.sha256(f"{deployment}/{metric}".encode()).digest()
+    rng = np.random.default_rng([seed, int.from_bytes(key[:8], "little")])
+    return rng.poisson(1.0, size=(replicates, blocks)).astype(float)
+
+
+def _interval(samples: np.ndarray) -> list[float] | None:
+    kept = samples[np.isfinite(samples)]
+    if len(kept) < 0.9 * len(samples) or not len(kept):
+        return None
+    return [float(np.quantile(kept, 0.025)), float(np.quantile(kept, 0.975))]
+
+
+def percentile_intervals(histograms: dict[str, dict[str, Histogram]], pairs: dict[str, str | None], *,
+                         seed: int = 0, replicates: int = 2000) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per deployment and latency check (``CHECKS``): its percentile's interval and, for a
+    deployment with a baseline in ``pairs``, the baseline's percentile at its load mix and
+    their ratio, each with an interval (module docstring)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for dep, by_metric in histograms.items():
+        out[dep] = {}
+        for check, (metric, p) in CHECKS.items():
+            hist = by_metric.get(metric)
+            if hist is None:
+                continue
+            counts = _coarse(hist.counts)
+            w = _weights(seed, dep, metric, replicates, counts.shape[0])
+            values = hist.values()
+            own = w @ counts.sum(axis=1)
+            entry: dict[str, Any] = {"p": p, "n": int(hist.counts.sum()),
+                                     "interval": _interval(_quantile(own, values, p)),
+                                     "baseline_matched": None, "baseline_matched_interval": None,
+                                     "ratio": None, "ratio_interval": None, "matched_share": None}
+            base = pairs.get(dep)
+            base_hist = histograms.get(base, {}).get(metric) if base else None
+            if base_hist is not None:
+                entry.update(_matched(hist, base_hist, counts, w, p, seed, base, metric, replicates))
+            out[dep][check] = entry
+    return out
+
+
+def _matched(hist: Histogram, base: Histogram, counts: np.ndarray, w: np.ndarray, p: float, seed: int,
+             base_id: str, metric: str, replicates: int) -> dict[str, Any]:
+    """The baseline's percentile reweighted to the deployment's load mix, and the ratio."""
+    # one value axis for both sides
+    bins = np.union1d(hist.bins, base.bins)
+    values = np.where(bins == ZERO_BIN, 0.0, np.exp((bins + 0.5) / 100))
+    d = _on_bins(counts, hist.bins, bins)
+    b = _on_bins(_coarse(base.counts), base.bins, bins)
+    d_cells = {c: i for i, c in enumerate(hist.cells) if c is not None}
+    b_cells = {c: i for i, c in enumerate(base.cells) if c is not None}
+    b_totals = b.sum(axis=(0, 2))
+    common = [c for c in d_cells if c in b_cells and b_totals[b_cells[c]] >= MIN_CELL_REQUESTS]
+    loaded = sum(d[:, i].sum() for i in d_cells.values())
+    matched = sum(d[:, d_cells[c]].sum() for c in common)
+    share = float(matched / loaded) if loaded else None
+    result: dict[str, Any] = {"matched_share": share}
+    if not common:
+        return result
+    d_common = d[:, [d_cells[c] for c in common]]          # [blocks, cells, bins]
+    b_common = b[:, [b_cells[c] for c in common]]
+    w_base = _weights(seed, base_id, metric + "/baseline", replicates, b_common.shape[0])
+
+    def matched_hists(wd: np.ndarray, wb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dh = np.einsum("rk,kcb->rcb", wd, d_common)
+        bh = np.einsum("rk,kcb->rcb", wb, b_common)
+        d_mass, b_mass = dh.sum(axis=2), bh.sum(axis=2)
+        ok = (b_mass > 0) & (d_mass > 0)
+        scale = np.where(ok, d_mass / np.where(b_mass > 0, b_mass, 1), 0)
+        return (dh * ok[..., None]).sum(axis=1), (bh * scale[..., None]).sum(axis=1)
+
+    full_d, full_b = matched_hists(np.ones((1, d_common.shape[0])), np.ones((1, b_common.shape[0])))
+    rep_d, rep_b = matched_hists(w, w_base)
+    d_q = _quantile(rep_d, values, p)
+    b_q = _quantile(rep_b, values, p)
+    base_full = float(_quantile(full_b, values, p)[0])
+    d_full = float(_quantile(full_d, values, p)[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = d_q / b_q
+    result.update({
+        "baseline_matched": base_full, "baseline_matched_interval": _interval(b_q),
+        "ratio": d_full / base_full if base_full > 0 else None, "ratio_interval": _interval(ratio),
+    })
+    return result
+
+
+def _on_bins(counts: np.ndarray, own: np.ndarray, bins: np.ndarray) -> np.ndarray:
+    out = np.zeros((*counts.shape[:-1], len(bins)))
+    out[..., np.searchsorted(bins, own)] = counts
+    return out
+
+
+def histograms(con) -> dict[str, dict[str, Histogram]]:
+    """Every deployment's Histogram per metric, from the view latency_cells."""
+    rows = con.execute("select deployment_id, metric, time_block, cell, value_bin, requests from latency_cells "
+                       "order by deployment_id, metric").fetchall()
+    blocks = dict(con.execute("select deployment_id, max(time_block) from latency_cells group by deployment_id"
+                              ).fetchall())
+    grouped: dict[tuple[str, str], list] = {}
+    for dep, metric, block, cell, value_bin, n in rows:
+        grouped.setdefault((dep, metric), []).append((block, cell, value_bin, n))
+    out: dict[str, dict[str, Histogram]] = {}
+    for (dep, metric), found in grouped.items():
+        cells = sorted({c for _, c, _, _ in found}, key=lambda c: (c is None, c if c is not None else 0))
+        bins = np.array(sorted({b for _, _, b, _ in found}))
+        counts = np.zeros((int(blocks[dep]), len(cells), len(bins)))
+        cell_index = {c: i for i, c in enumerate(cells)}
+        bin_index = {b: i for i, b in enumerate(bins)}
+        for block, cell, value_bin, n in found:
+            counts[block - 1, cell_index[cell], bin_index[value_bin]] += n
+        out.setdefault(dep, {})[metric] = Histogram(counts, cells, bins)
+    return out
