@@ -638,6 +638,47 @@ def test_markdown_lists_the_flags_and_their_windows():
     assert f"| spec | speedup | 1.000 | 17.8% | 17.8% | {day(-8)} – {day(-4)} (5) | 2 |" in text
 
 
+def test_a_reference_flag_in_words():
+    # the 2 % decline after a stable reference: day 15 starts the flag run (0.98^8 · 0.98 = 0.8338, −16.6 %),
+    # day 16 continues it (0.98^9 · 1.00 = 0.8337, −16.6 %)
+    data = cycled([1.0] * 7 + [0.98 ** k for k in range(1, 22)])
+    c, flagged = check(data, nth(15))
+    assert status_lines(c, flagged) == ["Regressions: 1 flagged against the reference"]
+    assert flag_line(flagged[0], nth(15).isoformat()) == (
+        "spec speedup 0.8337: 16.6% below the reference (median of 2026-11-01..2026-11-07: 1)")
+    c, flagged = check(data, nth(16))
+    assert flag_line(flagged[0], nth(16).isoformat()) == (
+        "spec speedup 0.8337: 16.6% below the reference (median of 2026-11-01..2026-11-07: 1), flagged since "
+        "2026-11-15")
+    # a rise of tpot_p99: day 11 at 84, twice the reference's median 42: +100 %, past its limit 49.9 %
+    rise = pl.concat([cycled([1.0] * 10), days([(1.0, 3.0, 84.0)], last=nth(11))])
+    (tpot,) = [r for r in check(rise, nth(11))[1] if r["rule"] == "reference"]
+    assert flag_line(tpot, nth(11).isoformat()) == (
+        "spec tpot_p99 84: 100.0% above the reference (median of 2026-11-01..2026-11-07: 42)")
+
+
+def test_markdown_lists_window_and_reference_flags_apart():
+    # the one-day drop to 0.70 on day 11: the window (days 4-10: 1.03 .98 1.00 1.06 .95 1.03 .98, median
+    # 1.00, MAD .03, spread 17.8 %) and the reference (days 1-7, spread 12.58 %) both flag it
+    c, flagged = check(cycled([1.0] * 10 + [0.7] + [1.0] * 3), nth(11))
+    assert markdown._regressions(doc_with(c, flagged, nth(11))) == (
+        "## Regressions\n\n1 flagged against the window's 7 earlier dates, 1 against the reference.\n\n"
+        "- spec speedup 0.7 vs median 1 (-30.0%)\n"
+        "- spec speedup 0.7: 30.0% below the reference (median of 2026-11-01..2026-11-07: 1)\n\n"
+        "Against the window, each change is against the median of its window, the latest earlier dates not "
+        "flagged themselves, and past its limit: the larger of its threshold and the window's spread, "
+        "4 × 1.4826 × MAD / median.\n\n"
+        "| deployment | metric | median before | spread | limit | window | flagged dates left out |\n"
+        "|---|---|---|---|---|---|---|\n"
+        "| spec | speedup | 1.000 | 17.8% | 17.8% | 2026-11-04 – 2026-11-10 (7) | 0 |\n\n"
+        "Against the reference, each change is against the median of the deployment's first window_days dates "
+        "(from accept_since, where that is in effect) and past its limit: the larger of its threshold and the "
+        "reference's spread, 4 × 1.4826 × MAD of its day-to-day differences / √2 / median.\n\n"
+        "| deployment | metric | reference median | spread | limit | reference |\n"
+        "|---|---|---|---|---|---|\n"
+        "| spec | speedup | 1.000 | 12.6% | 12.6% | 2026-11-01 – 2026-11-07 (7) |\n")
+
+
 # ---------------------------------------------------------------- end to end
 
 DATES = [f"2026-11-{d}" for d in range(20, 29)]
@@ -765,3 +806,34 @@ def test_nightly_flags_a_lasting_drop_every_day_until_accept_since(tmp_path):
         "3 earlier dates"]
     check = json.loads((accepted / DATES[8] / "report.json").read_text())["regression_check"]
     assert check["accepted_since"] == {"base": first, "spec": first}
+
+
+def test_nightly_flags_a_slow_decline_against_the_reference(tmp_path):
+    # speedup 2 · C[(n − 1) % 5] on days 1-7 (the reference: median 2.0, spread 12.58 % as above, the rule
+    # being scale-free), then 2 % a day compound: 2 · 0.98^k · C. Day 13 (decline day 6) is 2 · 0.98^6 · 0.95
+    # = 1.683, −15.8 %: exit 1, the first exit 1 of the thirteen runs. The window never flags it.
+    dates = [f"2026-11-{d}" for d in range(16, 29)]
+    levels = [1.0] * 7 + [0.98 ** k for k in range(1, 7)]
+    ms = [15.0 / (C[i % 5] * level) for i, level in enumerate(levels)]      # speedup = 30 / ms
+    traces = write_days(tmp_path / "traces", dict(zip(dates, ms)))
+    config = tmp_path / "loose.toml"
+    config.write_text(LOOSE)
+    out = tmp_path / "out"
+    results = run(traces, dates, out, config)
+    assert [r.exit_code for r in results] == [0] * 12 + [1]
+    assert regression_lines(results[12]) == [
+        "Regressions: 1 flagged against the reference",
+        "regression: spec speedup 1.683: 15.8% below the reference (median of 2026-11-16..2026-11-22: 2)"]
+    assert regression_lines(results[11]) == [
+        "Regressions: none — no headline metric moved past both its threshold and the spread of the window's "
+        "7 earlier dates, nor of its reference"]
+    doc = json.loads((out / dates[12] / "report.json").read_text())
+    (flag,) = doc["regressions"]
+    assert (flag["rule"], flag["reference_dates"], flag["flagged_since"]) == ("reference", dates[:7], dates[12])
+    assert flag["change"] == pytest.approx(0.98 ** 6 * 0.95 - 1)
+    speedup = doc["regression_check"]["references"]["spec"]["metrics"]["speedup"]
+    assert speedup == {"values": 7, "median": pytest.approx(2.0), "spread": pytest.approx(REF_SPEEDUP),
+                       "limit": pytest.approx(REF_SPEEDUP)}
+    assert "- spec speedup 1.683: 15.8% below the reference" in (out / dates[12] / "report.md").read_text()
+    assert ("<li>spec speedup 1.683: 15.8% below the reference (median of 2026-11-16..2026-11-22: 2)</li>"
+            in (out / dates[12] / "report.html").read_text())
