@@ -225,10 +225,18 @@ def test_one_bad_day_is_flagged_once_and_leaves_the_window():
     assert [r["flagged_since"] for r in check(data, day(-2))[1]] == [day(-2).isoformat()]
     c, flagged = check(data, day(-1))
     assert (window_part(c), flagged) == (checked(6), [])
-    (flag,) = check(data, TODAY)[1]
+    c, (flag,) = check(data, TODAY)
     assert flag["window_dates"] == isos(-7, -6, -5, -4, -3, -1)
     assert flag["excluded_flagged_dates"] == isos(-2)
     assert flag["spread"] == pytest.approx(4 * 1.4826 * 0.025)
+    # Today is also the first date after the reference, days −7 to −1, which holds the outlier. Its
+    # differences +.06 −.11 +.08 −.05 −.48 +.50 have the median .005 and |d − .005| .055 .115 .075 .055 .485
+    # .495: the median keeps the outlier's two differences from setting the MAD, but it is read from the
+    # larger of the other four, (.075 + .115) / 2 = .095, so the spread is 4 · 1.4826 · .095 / √2 = 39.8 %
+    # and −20 % is not flagged against the reference (the MAD about its median, .03, would have given 17.8 %)
+    assert c["references"]["spec"]["metrics"]["speedup"] == {
+        "values": 7, "median": 1.0, "spread": pytest.approx(4 * 1.4826 * 0.095 / 2 ** 0.5),
+        "limit": pytest.approx(4 * 1.4826 * 0.095 / 2 ** 0.5)}
     assert flag["flagged_since"] == TODAY.isoformat()
     assert flag_line(flag, TODAY.isoformat()) == "spec speedup 0.8 vs median 1 (-20.0%)"
 
