@@ -7,16 +7,23 @@ It simulates ``--days`` days (``specan simulate``, ``--seed`` 0, 200 requests a 
 under bench/data/), runs ``specan nightly`` for each date in order into a scratch
 directory, and then asks ``regression.check_regressions`` about that history:
 
-- unchanged: every date as it is, so every flag is a false alarm;
+- unchanged: every date as it is, so every flag is a false alarm (also counted per
+  rule: the window's and the reference's);
 - one bad day: each date with enough history, each deployment and checked metric
   made 20 % worse on that date alone (accept length and speedup × 0.8, tpot_p99 × 1.2),
   and whether that date is flagged;
 - a lasting drop: the same 20 % from a date to the last one, and on how many of those
-  days it is flagged; then with ``accept_since`` set to its first day.
+  days it is flagged; then with ``accept_since`` set to its first day;
+- a slow decline (issue 36): each deployment and metric worse by 1, 2 or 3 % a day,
+  compound (accept length and speedup × (1 − r)^k, tpot_p99 × (1 + r)^k on the decline's
+  k-th day), from the first date after the reference (its first ``window_days`` dates:
+  a stable period) or from the first date, and on which day of the decline each rule
+  first flags it.
 
-Each of these is counted under the rule as shipped and, for comparison, under the
-rule before issue 22: the window's spread (max − min) / median, and flagged dates
-left in the window. Results are printed and written to bench/results/nightly_study.json
+Each of these is counted under the rule as shipped (a date flagged by the window or by
+the reference), under the window rule alone (the rule before issue 36) and under the
+rule before issue 22: the window's spread (max − min) / median, and flagged dates left
+in the window. Results are printed and written to bench/results/nightly_study.json
 (``_s1`` for ``--seed 1``, ``_sweep`` for other ``--spread-sds`` than the shipped one).
 """
 
@@ -85,11 +92,24 @@ def old_rule_flags(data: pl.DataFrame, date: dt.date) -> set[tuple[str, str]]:
     return flags
 
 
+def rule_flags(data: pl.DataFrame, date: dt.date, nightly: Nightly | None = None) -> set[tuple[str, str, str]]:
+    """(deployment, metric, rule) of every flag on ``date`` under the shipped rule."""
+    return {(r["deployment_id"], r["metric"], r["rule"])
+            for r in regression.check_regressions(data, date, RULE, nightly)[1]}
+
+
 def new_rule_flags(data: pl.DataFrame, date: dt.date, nightly: Nightly | None = None) -> set[tuple[str, str]]:
-    return {(r["deployment_id"], r["metric"]) for r in regression.check_regressions(data, date, RULE, nightly)[1]}
+    """Flagged by either rule: what makes the nightly run exit 1."""
+    return {(deployment, metric) for deployment, metric, _ in rule_flags(data, date, nightly)}
 
 
-RULES = {"new": new_rule_flags, "old": old_rule_flags}
+def window_rule_flags(data: pl.DataFrame, date: dt.date, nightly: Nightly | None = None) -> set[tuple[str, str]]:
+    """Flagged by the window rule alone: the shipped rule before issue 36 (the window rule is unchanged)."""
+    return {(deployment, metric) for deployment, metric, rule in rule_flags(data, date, nightly) if rule == "window"}
+
+
+RULES = {"new": new_rule_flags, "window": window_rule_flags, "old": old_rule_flags}
+RATES = (0.01, 0.02, 0.03)
 
 
 def worsened(data: pl.DataFrame, deployment: str, metric: str, first: dt.date, last: dt.date) -> pl.DataFrame:
@@ -125,7 +145,77 @@ def study(data: pl.DataFrame) -> dict:
             "lasting_drop": lasting(data, checked, present, flags_of),
         }
     result["new"]["lasting_drop_accepted"] = accepted(data, checked, present)
+    result["new"]["unchanged_flags_by_rule"] = unchanged_by_rule(data, dates)
+    result["declines"] = declines(data, dates, present)
     return result
+
+
+def unchanged_by_rule(data: pl.DataFrame, dates: list[dt.date]) -> dict:
+    """The flags on the unchanged data per rule and metric, with the deployment-days each
+    rule judged: the window from the (min_history_dates + 1)-th date of a deployment, the
+    reference from the (window_days + 1)-th."""
+    flags = {rule: Counter() for rule in ("window", "reference")}
+    flagged: dict[str, list[str]] = {m: [] for m in regression.CHECKED}
+    judged = {rule: Counter() for rule in ("window", "reference")}
+    for date in dates:
+        check, found = regression.check_regressions(data, date, RULE)
+        for reference in check["references"].values():
+            for metric, summary in reference.get("metrics", {}).items():
+                judged["reference"][metric] += summary["limit"] is not None
+        for r in sorted(found, key=lambda r: (r["rule"], r["metric"], r["deployment_id"])):
+            flags[r["rule"]][r["metric"]] += 1
+            if r["rule"] == "reference":
+                flagged[r["metric"]].append(f"{date} {r['deployment_id']}")
+    for date in dates[RULE.min_history_dates:]:
+        for metric in regression.CHECKED:
+            judged["window"][metric] += data.filter((pl.col("date") == date) & pl.col(metric).is_not_null()).height
+    return {rule: {"flags": {m: flags[rule][m] for m in regression.CHECKED},
+                   "deployment_days": {m: judged[rule][m] for m in regression.CHECKED}}
+            for rule in flags} | {"reference_flagged": flagged}
+
+
+def declined(data: pl.DataFrame, deployment: str, metric: str, first: dt.date, rate: float) -> pl.DataFrame:
+    """``metric`` of ``deployment`` worse by ``rate`` a day, compound, from ``first`` (its day 1) on:
+    × (1 − rate)^k for a drop, × (1 + rate)^k for a rise (tpot_p99). The simulated dates are
+    consecutive, so the k-th date of the decline is k − 1 calendar days after ``first``."""
+    step = 1 - rate if regression.CHECKED[metric][1] == "drop" else 1 + rate
+    k = (pl.col("date") - pl.lit(first)).dt.total_days() + 1
+    hit = (pl.col("deployment_id") == deployment) & (pl.col("date") >= first)
+    return data.with_columns(pl.when(hit).then(pl.col(metric) * pl.lit(step).pow(k)).otherwise(pl.col(metric))
+                             .alias(metric))
+
+
+def declines(data: pl.DataFrame, dates: list[dt.date], present: dict) -> dict:
+    """Per start (after the reference, or from the first date), rate and metric: per deployment,
+    the decline's first day flagged by either rule, by the window and by the reference (None:
+    never over its ``days``), the days of the decline flagged by either rule, and the days of
+    the decline on which the unchanged data is flagged too (a noisy day, not the decline: the
+    workload days of ``tpot_p99``)."""
+    starts = {"after_reference": dates[RULE.window_days], "from_first_day": dates[0]}
+    unchanged = {date: new_rule_flags(data, date) for date in dates}
+    out: dict = {}
+    for start_name, first in starts.items():
+        out[start_name] = {"first_date": first.isoformat(), "days": len([d for d in dates if d >= first])}
+        for rate in RATES:
+            per_metric = {}
+            for metric, deployments in present.items():
+                per_deployment = {}
+                for deployment in deployments:
+                    bad = declined(data, deployment, metric, first, rate)
+                    first_day = {"either": None, "window": None, "reference": None}
+                    flagged_days = 0
+                    for day, date in enumerate((d for d in dates if d >= first), start=1):
+                        rules = {rule for dep, m, rule in rule_flags(bad, date) if (dep, m) == (deployment, metric)}
+                        flagged_days += bool(rules)
+                        for rule in rules | ({"either"} if rules else set()):
+                            first_day[rule] = first_day[rule] or day
+                    noisy = [day for day, date in enumerate((d for d in dates if d >= first), start=1)
+                             if (deployment, metric) in unchanged[date]]
+                    per_deployment[deployment] = {"first_flagged_day": first_day, "flagged_days": flagged_days,
+                                                  "unchanged_flagged_days": noisy}
+                per_metric[metric] = per_deployment
+            out[start_name][f"{rate:g}"] = per_metric
+    return out
 
 
 def lasting(data, checked, present, flags_of) -> dict:
@@ -191,6 +281,8 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     name = "nightly_study" + (f"_s{args.seed}" if args.seed else "") + ("" if args.spread_sds == [shipped] else "_sweep")
     out = RESULTS / f"{name}.json"
+    # the multiple is the window's (× 1.4826 · MAD) and the reference's (× 1.4826 · MAD of the
+    # day-to-day differences / √2) alike: both read regression.SPREAD_SDS
     text = json.dumps({"days": args.days, "seed": args.seed, "shipped_spread_sds": shipped, "by_spread_sds": results}, indent=2)
     out.write_text(text + "\n")
     print(text)

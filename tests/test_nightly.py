@@ -99,8 +99,11 @@ def test_only_the_day_with_the_acceptance_drop_is_flagged(tmp_path, loose):
     assert {p.name for p in (out / DATES[3]).iterdir()} == {"report.md", "report.json", "report.html"}
     assert "## Regressions" in (out / DATES[3] / "report.md").read_text()
     # the fourth date is the first with min_history_dates (3) earlier dates; the others say so
+    # and the reference is still forming: four dates of the seven it is made of (window_days)
+    forming = {"status": "forming", "dates": DATES}
     assert last["regression_check"] == {"status": "checked", "earlier_dates": 3, "needed": 3, "window_days": 7,
-                                        "not_checked": [], "accepted_since": {}}
+                                        "not_checked": [], "accepted_since": {},
+                                        "references": {"base": forming, "spec": forming}}
     assert [r["window_dates"] for r in last["regressions"]] == [DATES[:3]] * 2
     third = json.loads((out / DATES[2] / "report.json").read_text())
     assert third["regression_check"]["status"] == "insufficient_history"
@@ -179,7 +182,8 @@ def test_no_earlier_date_means_nothing_is_checked():
     check, flagged = regression.check_regressions(frame, day, Regression())
     assert flagged == []
     assert check == {"status": "insufficient_history", "earlier_dates": 0, "needed": 3, "window_days": 7,
-                     "not_checked": [], "accepted_since": {}}
+                     "not_checked": [], "accepted_since": {},
+                     "references": {"spec": {"status": "forming", "dates": ["2026-11-28"]}}}
 
 
 def test_window_takes_the_latest_dates_and_skips_nulls_and_zero_baselines():
@@ -193,11 +197,19 @@ def test_window_takes_the_latest_dates_and_skips_nulls_and_zero_baselines():
     check, flagged = regression.check_regressions(frame, days[-1], Regression(window_days=3))
     # speedup 1.8 vs median 2.0: -10%, past the 5% threshold and the window's spread (0: three equal days,
     # MAD 0); accept length's baseline is 0 and tpot is null: skipped
-    assert flagged == [{"deployment_id": "spec", "metric": "speedup", "value": 1.8, "baseline": 2.0,
+    assert flagged == [{"deployment_id": "spec", "metric": "speedup", "rule": "window", "value": 1.8, "baseline": 2.0,
                         "change": pytest.approx(-0.1), "spread": 0.0, "limit": 0.05,
                         "window_dates": ["2026-11-25", "2026-11-26", "2026-11-27"], "excluded_flagged_dates": [],
                         "flagged_since": "2026-11-28"}]
     assert check["status"] == "checked" and check["earlier_dates"] == 3
+    # the reference is the first three dates (window_days = 3): speedup 1.0 1.0 1.0, median 1.0, no
+    # day-to-day difference, so the limit is the 5 % threshold and 1.8 (a rise) is not flagged; accept
+    # length's median is 0 (no limit) and tpot has no value at all
+    assert check["references"] == {"spec": {"status": "set", "dates": ["2026-11-20", "2026-11-21", "2026-11-22"],
+                                            "metrics": {
+        "mean_accept_length": {"values": 3, "median": 0.0, "spread": None, "limit": None},
+        "speedup": {"values": 3, "median": 1.0, "spread": 0.0, "limit": 0.05},
+        "tpot_p99": {"values": 0, "median": None, "spread": None, "limit": None}}}}
     # with a 9-day window the median of 1,1,1,1,1,2,2,2 is 1.0: a rise, not flagged
     assert regression.check_regressions(frame, days[-1], Regression(window_days=9))[1] == []
 

@@ -1,13 +1,18 @@
-"""The nightly regression rule (issues 16 and 22): enough history, past the threshold and past the
-window's robust spread, and a window of earlier dates that were not flagged themselves.
+"""The nightly regression rule (issues 16, 22 and 36): enough history, past the threshold and past the
+window's robust spread, a window of earlier dates that were not flagged themselves, and a fixed reference.
 
 The rule (analyzer/decide/regression.py, docs/commands.md "Regressions"): with at
 least min_history_dates earlier dates, a metric is flagged when its change
 against the window's median is past max(threshold, spread), where spread =
 4 · 1.4826 · MAD / median (MAD: the median of |value − median| over the window).
-The window holds the latest window_days earlier dates that were not flagged for
+The window holds the latest window_days earlier dates that the window rule did not flag for
 that metric, and none before accept_since once the date is on or after it.
-Every expected number below is worked out by hand in the comments.
+
+The reference rule (issue 36): a date after the deployment's first window_days
+dates (from accept_since where in effect) is also flagged when its change against
+their median is past max(threshold, 4 · 1.4826 · MAD of their day-to-day
+differences / √2 / median); each flag says which rule ("rule": "window" or
+"reference"). Every expected number below is worked out by hand in the comments.
 """
 
 from __future__ import annotations
@@ -64,8 +69,20 @@ def check(data: pl.DataFrame, date: dt.date = TODAY, accept_since=None, **rule) 
 
 
 def checked(earlier: int, accepted: dict | None = None) -> dict:
+    """The window part of ``regression_check`` for a checked date (see ``window_part``)."""
     return {"status": "checked", "earlier_dates": earlier, "needed": 3, "window_days": 7, "not_checked": [],
             "accepted_since": accepted or {}}
+
+
+def window_part(c: dict) -> dict:
+    """``regression_check`` without its ``references``: what the window rule's tests compare. The
+    references are compared in the tests of the reference rule (below)."""
+    return {k: v for k, v in c.items() if k != "references"}
+
+
+def forming(*offsets: int, deployment: str = "spec") -> dict:
+    """``references`` of a deployment whose reference is still forming: its dates so far."""
+    return {deployment: {"status": "forming", "dates": isos(*offsets)}}
 
 
 def isos(*offsets: int) -> list[str]:
@@ -83,16 +100,17 @@ def test_one_or_two_earlier_dates_are_not_checked_even_for_a_halving(earlier, se
     c, flagged = check(frame(NOISY[:earlier], (0.5, 1.5, 84.0)))
     assert flagged == []
     assert c == {"status": "insufficient_history", "earlier_dates": earlier, "needed": 3, "window_days": 7,
-                 "not_checked": [], "accepted_since": {}}
+                 "not_checked": [], "accepted_since": {}, "references": forming(*range(-earlier, 1))}
     assert status_lines(c, flagged) == [sentence]
 
 
 def test_exactly_min_history_dates_is_checked():
     # 1.00 1.06 0.95: median 1.00, |deviations| 0 .06 .05, MAD .05, spread 4 · 1.4826 · .05 = 0.29652:
     # three days are a wide window, so 0.80 (−20 %) is within it and 0.60 (−40 %) is past it
-    assert check(frame(NOISY[:3], (0.80, 3.0, 40.0))) == (checked(3), [])
+    c, flagged = check(frame(NOISY[:3], (0.80, 3.0, 40.0)))
+    assert (c, flagged) == (checked(3) | {"references": forming(-3, -2, -1, 0)}, [])
     c, flagged = check(frame(NOISY[:3], (0.60, 3.0, 40.0)))
-    assert c == checked(3)
+    assert window_part(c) == checked(3)
     assert [(r["metric"], r["value"], r["baseline"]) for r in flagged] == [("speedup", 0.60, 1.00)]
     assert flagged[0]["change"] == pytest.approx(-0.40)
     assert flagged[0]["spread"] == pytest.approx(4 * 1.4826 * 0.05)
@@ -111,7 +129,7 @@ def test_noisy_but_unchanged_is_not_flagged():
     # accept length 2.86: −4.7 %, within both; tpot_p99 52: +23.8 %, past 10 % and above every earlier day,
     # but within the spread (28.2 %)
     c, flagged = check(frame(NOISY, (0.92, 2.86, 52.0)))
-    assert c == checked(5)
+    assert window_part(c) == checked(5)
     assert flagged == []
     assert status_lines(c, flagged) == [
         "Regressions: none — no headline metric moved past both its threshold and the spread of the window's "
@@ -125,7 +143,8 @@ def test_a_real_drop_is_flagged():
     assert [r["metric"] for r in flagged] == ["mean_accept_length", "speedup", "tpot_p99"]
     accept, speedup, tpot = flagged
     window = isos(-5, -4, -3, -2, -1)
-    assert accept == {"deployment_id": "spec", "metric": "mean_accept_length", "value": 2.40, "baseline": 3.00,
+    assert accept == {"deployment_id": "spec", "metric": "mean_accept_length", "rule": "window", "value": 2.40,
+                      "baseline": 3.00,
                       "change": pytest.approx(-0.2), "spread": pytest.approx(ACCEPT_SPREAD),
                       "limit": pytest.approx(ACCEPT_SPREAD), "window_dates": window, "excluded_flagged_dates": [],
                       "flagged_since": TODAY.isoformat()}
@@ -184,7 +203,7 @@ def test_a_lasting_drop_stays_flagged_every_day():
     for n, date in enumerate(DROP):
         c, flagged = check(data, date)
         # the dates before it, at most 7 (the window of accept length, which nothing flagged)
-        assert c == checked(min(5 + n, 7))
+        assert window_part(c) == checked(min(5 + n, 7))
         (flag,) = flagged
         assert (flag["metric"], flag["value"], flag["baseline"]) == ("speedup", 0.80, 1.00)
         assert (flag["change"], flag["spread"]) == (pytest.approx(-0.2), pytest.approx(SPEEDUP_SPREAD))
@@ -204,11 +223,20 @@ def test_one_bad_day_is_flagged_once_and_leaves_the_window():
     # With the outlier in the window the old spread (1.06 − 0.50) / 1.00 = 56 % would have hidden it.
     data = days(NOISY + [(0.50, 3.0, 40.0), (1.00, 3.0, 40.0), (0.80, 3.0, 40.0)])
     assert [r["flagged_since"] for r in check(data, day(-2))[1]] == [day(-2).isoformat()]
-    assert check(data, day(-1)) == (checked(6), [])
-    (flag,) = check(data, TODAY)[1]
+    c, flagged = check(data, day(-1))
+    assert (window_part(c), flagged) == (checked(6), [])
+    c, (flag,) = check(data, TODAY)
     assert flag["window_dates"] == isos(-7, -6, -5, -4, -3, -1)
     assert flag["excluded_flagged_dates"] == isos(-2)
     assert flag["spread"] == pytest.approx(4 * 1.4826 * 0.025)
+    # Today is also the first date after the reference, days −7 to −1, which holds the outlier. Its
+    # differences +.06 −.11 +.08 −.05 −.48 +.50 have the median .005 and |d − .005| .055 .115 .075 .055 .485
+    # .495: the median keeps the outlier's two differences from setting the MAD, but it is read from the
+    # larger of the other four, (.075 + .115) / 2 = .095, so the spread is 4 · 1.4826 · .095 / √2 = 39.8 %
+    # and −20 % is not flagged against the reference (the MAD about its median, .03, would have given 17.8 %)
+    assert c["references"]["spec"]["metrics"]["speedup"] == {
+        "values": 7, "median": 1.0, "spread": pytest.approx(4 * 1.4826 * 0.095 / 2 ** 0.5),
+        "limit": pytest.approx(4 * 1.4826 * 0.095 / 2 ** 0.5)}
     assert flag["flagged_since"] == TODAY.isoformat()
     assert flag_line(flag, TODAY.isoformat()) == "spec speedup 0.8 vs median 1 (-20.0%)"
 
@@ -219,16 +247,19 @@ def test_accept_since_makes_the_new_level_the_normal():
     # is compared with three days at 0.80: median 0.80, MAD 0, change 0, nothing flagged
     data = days(LASTING)
     since = DROP[0].isoformat()
-    assert check(data, day(-4), accept_since=DROP[0]) == (checked(4), [])      # a normal day before it
+    c, flagged = check(data, day(-4), accept_since=DROP[0])
+    assert (window_part(c), flagged) == (checked(4), [])      # a normal day before it
     for n, date in enumerate(DROP[:3]):
         c, flagged = check(data, date, accept_since=DROP[0])
         assert flagged == []
         assert c == {"status": "insufficient_history", "earlier_dates": n, "needed": 3, "window_days": 7,
-                     "not_checked": [], "accepted_since": {"spec": since}}
+                     "not_checked": [], "accepted_since": {"spec": since},
+                     "references": forming(*range(-3, -2 + n))}
     assert status_lines(c, flagged) == [
         f"Regressions: not checked — 2 earlier dates in the history since accept_since {since}, "
         f"3 needed (min_history_dates)"]
-    assert check(data, TODAY, accept_since=DROP[0]) == (checked(3, {"spec": since}), [])
+    c, flagged = check(data, TODAY, accept_since=DROP[0])
+    assert (c, flagged) == (checked(3, {"spec": since}) | {"references": forming(-3, -2, -1, 0)}, [])
     # a drop below the new level is a regression again: 0.60 against 0.80 0.80 0.80 is −25 %
     lower = days(LASTING[:-1] + [(0.60, 3.0, 40.0)])
     (flag,) = check(lower, TODAY, accept_since=DROP[0])[1]
@@ -241,7 +272,8 @@ def test_accept_since_of_one_deployment_leaves_the_others_alone():
     since = DROP[0].isoformat()
     assert c == {"status": "checked", "earlier_dates": 6, "needed": 3, "window_days": 7,
                  "not_checked": [{"deployment_id": "spec", "earlier_dates": 1, "accepted_since": since}],
-                 "accepted_since": {"spec": since}}
+                 "accepted_since": {"spec": since},
+                 "references": forming(-8, -7, -6, -5, -4, -3, -2, deployment="other") | forming(-3, -2)}
     assert [(r["deployment_id"], r["flagged_since"]) for r in flagged] == [("other", since)]
     assert status_lines(c, flagged) == [
         "Regressions: 1 flagged against the window's 6 earlier dates",
@@ -257,7 +289,7 @@ def test_a_backfilled_date_is_compared_with_its_own_earlier_dates_only():
     data = days(NOISY[:4] + [(0.80, 3.0, 40.0)] * 4, last=day(3))
     c, flagged = check(data, TODAY)
     assert (c, flagged) == check(data.filter(pl.col("date") <= TODAY), TODAY)
-    assert c == checked(4)
+    assert c == checked(4) | {"references": forming(-4, -3, -2, -1, 0)}
     (flag,) = flagged
     assert flag["window_dates"] == isos(-4, -3, -2, -1)
     assert flag["baseline"] == pytest.approx(1.015)
@@ -294,7 +326,8 @@ def test_a_day_of_new_deployments_only_is_not_checked():
     data = pl.concat([days(NOISY, last=day(-1), deployment="old"), frame([], (0.5, 1.0, 90.0), "new")])
     c, flagged = check(data)
     assert (c, flagged) == ({"status": "insufficient_history", "earlier_dates": 0, "needed": 3, "window_days": 7,
-                             "not_checked": [], "accepted_since": {}}, [])
+                             "not_checked": [], "accepted_since": {}, "references": forming(0, deployment="new")},
+                            [])
     assert status_lines(c, flagged) == [
         "Regressions: not checked — 0 earlier dates in the history, 3 needed (min_history_dates)"]
 
@@ -306,6 +339,253 @@ def test_a_metric_with_too_few_values_in_the_window_is_skipped():
     # a baseline deployment has no accept length or speedup at all: nothing to flag, nothing fails
     base = [(None, None, t) for _, _, t in NOISY]
     assert check(frame(base, (None, None, 42.0), "base"))[1] == []
+
+
+# ---------------------------------------------------------------- the reference: a slow decline
+#
+# The window follows a slow decline down: against a 7-date median a decline of r a day is about 4r, while
+# the window's spread grows to 4 · 1.4826 · 2r ≈ 11.9r, so the window alone never flags it (issue 36). The
+# reference is the deployment's first window_days (7) dates, from accept_since where that is in effect;
+# a later date is flagged when its change against the reference's median is past max(threshold, spread),
+# spread = 4 · 1.4826 · MAD of the reference's day-to-day differences / √2 / |median|.
+#
+# The days below carry the noise of NOISY above, repeated: day n (n = 1, 2, ...) has speedup
+# level · C[(n − 1) % 5], C = 1.00 1.06 0.95 1.03 0.98, accept length A[(n − 1) % 5] and tpot_p99
+# T[(n − 1) % 5]. A level of 1 on the first seven days gives the reference
+#   speedup   1.00 1.06 0.95 1.03 0.98 1.00 1.06   median 1.00
+#             differences +.06 −.11 +.08 −.05 +.02 +.06, their median (.02 + .06) / 2 = .04,
+#             |difference − .04| .02 .15 .04 .09 .02 .02, MAD (.02 + .04) / 2 = .03
+#             spread 4 · 1.4826 · .03 / √2 / 1.00 = 12.58 %: a day below 0.8742 is flagged
+#   accept    3.00 3.10 2.90 3.05 2.95 3.00 3.10   median 3.00
+#             differences +.10 −.20 +.15 −.10 +.05 +.10, median .075, |d − .075| .025 .275 .075 .175 .025
+#             .025, MAD (.025 + .075) / 2 = .05, spread 4 · 1.4826 · .05 / √2 / 3 = 6.99 %
+#   tpot_p99  40 44 38 50 42 40 44                 median 42
+#             differences +4 −6 +12 −8 −2 +4, median 1, |d − 1| 3 7 11 9 3 3, MAD (3 + 7) / 2 = 5,
+#             spread 4 · 1.4826 · 5 / √2 / 42 = 49.9 %
+# (1.4826 · MAD about the median would be the same .03 for the speedup here: these days carry no trend.)
+
+C = [s for s, _, _ in NOISY]
+FIRST = dt.date(2026, 11, 1)
+REF_SPEEDUP, REF_ACCEPT, REF_TPOT = (4 * 1.4826 * 0.03 / 2 ** 0.5, 4 * 1.4826 * 0.05 / 2 ** 0.5 / 3,
+                                     4 * 1.4826 * 5 / 2 ** 0.5 / 42)
+
+
+def nth(n: int) -> dt.date:
+    """Day n of the histories below (day 1 is FIRST)."""
+    return FIRST + dt.timedelta(days=n - 1)
+
+
+def cycled(levels: list[float], deployment: str = "spec") -> pl.DataFrame:
+    """Day n has speedup levels[n − 1] · C[(n − 1) % 5] and NOISY's accept length and tpot_p99."""
+    rows = [(level * NOISY[i % 5][0], NOISY[i % 5][1], NOISY[i % 5][2]) for i, level in enumerate(levels)]
+    return days(rows, last=nth(len(rows)), deployment=deployment)
+
+
+def judged(data: pl.DataFrame, accept_since=None) -> dict[int, list[tuple]]:
+    """Day n → (rule, metric, flagged_since as a day number) of every flag on day n, for each day of ``data``."""
+    out = {}
+    for n in range(1, data.height + 1):
+        flagged = check(data, nth(n), accept_since=accept_since)[1]
+        out[n] = [(r["rule"], r["metric"], (dt.date.fromisoformat(r["flagged_since"]) - FIRST).days + 1)
+                  for r in flagged]
+    return out
+
+
+def flagged_days(result: dict[int, list[tuple]], rule: str) -> list[int]:
+    return [n for n, flags in result.items() if any(f[0] == rule for f in flags)]
+
+
+def reference_set(first: int = 1, *, speedup=(1.0, REF_SPEEDUP), accept=(3.0, REF_ACCEPT),
+                  tpot=(42.0, REF_TPOT)) -> dict:
+    """A ``references`` entry: days first .. first + 6 and, per metric, (median, spread); the limit is the
+    larger of the spread and the default threshold (5 %, 5 %, 10 %)."""
+    def metric(median, spread, threshold):
+        return {"values": 7, "median": pytest.approx(median), "spread": pytest.approx(spread),
+                "limit": pytest.approx(max(spread, threshold))}
+    return {"status": "set", "dates": [nth(n).isoformat() for n in range(first, first + 7)],
+            "metrics": {"mean_accept_length": metric(*accept, 0.05), "speedup": metric(*speedup, 0.05),
+                        "tpot_p99": metric(*tpot, 0.10)}}
+
+
+def test_the_reference_noise_is_not_widened_by_a_trend():
+    # a decline of 0.02 a day inside the reference, no noise: 1.00 0.98 ... 0.88. Every day-to-day difference
+    # is −0.02, so the MAD of the differences is 0 and the limit stays the threshold. The MAD about the
+    # median would have grown with the trend: median 0.94, |deviations| .06 .04 .02 0 .02 .04 .06, MAD .04,
+    # 4 · 1.4826 · .04 / .94 = 25.2 %, hiding any drop smaller than that
+    trend = [1.00 - 0.02 * i for i in range(7)]
+    assert regression.reference_noise(trend) == pytest.approx(0.0, abs=1e-12)
+    assert regression.robust_spread(trend, 0.94) == pytest.approx(4 * 1.4826 * 0.04 / 0.94)
+    # the same trend on top of the noise above: the differences shift by −0.02 each, their MAD stays .03
+    noisy = [c - 0.02 * i for i, c in enumerate(C + C[:2])]
+    assert regression.reference_noise(noisy) == pytest.approx(1.4826 * 0.03 / 2 ** 0.5)
+    assert regression.reference_noise(C + C[:2]) == pytest.approx(1.4826 * 0.03 / 2 ** 0.5)
+    # one value has no difference: no noise seen, the threshold is the limit
+    assert regression.reference_noise([1.0]) == 0.0
+
+
+def test_a_stable_noisy_history_has_no_reference_flag():
+    # 28 days at level 1 with the noise above: the reference is days 1-7 (speedup limit 12.58 %, the lowest
+    # later speedup 0.95 is −5 %; accept length 2.90 is −3.3 % against 6.99 %; tpot_p99 50 is +19 % against
+    # 49.9 %), and the window flags nothing either
+    data = cycled([1.0] * 28)
+    assert judged(data) == {n: [] for n in range(1, 29)}
+    for n in (8, 28):
+        c, flagged = check(data, nth(n))
+        assert c["references"] == {"spec": reference_set()}
+        assert status_lines(c, flagged) == [
+            "Regressions: none — no headline metric moved past both its threshold and the spread of the window's "
+            "7 earlier dates, nor of its reference"]
+    # day 7 is the reference's last date: it is still forming, and the line does not mention it
+    c, flagged = check(data, nth(7))
+    assert c["references"] == {"spec": {"status": "forming", "dates": [nth(n).isoformat() for n in range(1, 8)]}}
+    assert status_lines(c, flagged) == [
+        "Regressions: none — no headline metric moved past both its threshold and the spread of the window's "
+        "6 earlier dates"]
+
+
+@pytest.mark.parametrize("rate, first_day", [(0.01, 11), (0.02, 6), (0.03, 6)])
+def test_a_decline_after_a_stable_reference_is_flagged_by_the_reference(rate, first_day):
+    # seven days at level 1 (the reference), then a compound decline: decline day k (day 7 + k) has level
+    # (1 − rate)^k, times the noise C[(k + 1) % 5] = 0.95 1.03 0.98 1.00 1.06 for k = 1 2 3 4 5, and again.
+    # It is flagged on the first day below 0.8742 (−12.58 %):
+    #   2 % a day: k = 1..5: 0.931 0.989 0.922 0.922 0.958; k = 6: 0.98^6 · 0.95 = 0.8416 (−15.8 %): day 6
+    #   3 % a day: k = 1..5: 0.922 0.969 0.894 0.885 0.910; k = 6: 0.97^6 · 0.95 = 0.7913 (−20.9 %): day 6
+    #             (the noise puts day 5 6 % up, so 3 % is first flagged on the same day as 2 %)
+    #   1 % a day: (1 − 0.99^k · C) stays within 12.58 % up to k = 10 (0.99^8 · 0.98 = 0.9043, 0.99^9 · 1.00
+    #             = 0.9135, 0.99^10 · 1.06 = 0.9582); k = 11: 0.99^11 · 0.95 = 0.8506 (−14.9 %): day 11
+    # The window rule never flags any of them over the 21 days of decline: it follows them down.
+    levels = [1.0] * 7 + [(1 - rate) ** k for k in range(1, 22)]
+    result = judged(cycled(levels))
+    first = 7 + first_day
+    assert flagged_days(result, "window") == []
+    assert flagged_days(result, "reference")[0] == first
+    c, flagged = check(cycled(levels), nth(first))
+    (flag,) = flagged
+    assert flag == {"deployment_id": "spec", "metric": "speedup", "rule": "reference",
+                    "value": pytest.approx((1 - rate) ** first_day * 0.95), "baseline": 1.0,
+                    "change": pytest.approx((1 - rate) ** first_day * 0.95 - 1),
+                    "spread": pytest.approx(REF_SPEEDUP), "limit": pytest.approx(REF_SPEEDUP),
+                    "reference_dates": [nth(n).isoformat() for n in range(1, 8)], "flagged_since": nth(first).isoformat()}
+    assert c["references"] == {"spec": reference_set()}
+
+
+def test_a_decline_of_two_percent_a_day_stays_flagged():
+    # the 2 % decline above: decline day 6 (day 13) is flagged, day 7 (day 14) is 0.98^7 · 1.03 = 0.8942
+    # (−10.6 %, within 12.58 %: the noise lifts it), and from day 8 (day 15: 0.98^8 · 0.98 = 0.8338, −16.6 %)
+    # on every day is below 0.8742 (the highest, decline day 10 = day 17: 0.98^10 · 1.06 = 0.8661, −13.4 %):
+    # one flag run from day 15 to day 28, flagged_since day 15 on each
+    result = judged(cycled([1.0] * 7 + [0.98 ** k for k in range(1, 22)]))
+    assert flagged_days(result, "reference") == [13, *range(15, 29)]
+    assert result[13] == [("reference", "speedup", 13)]
+    assert all(result[n] == [("reference", "speedup", 15)] for n in range(15, 29))
+
+
+@pytest.mark.parametrize("rate, first_day", [(0.01, 13), (0.02, 13), (0.03, 8)])
+def test_a_decline_from_the_first_day_is_flagged_eventually(rate, first_day):
+    # No stable period: day n has level (1 − rate)^n from day 1. The reference (days 1-7) holds the decline.
+    # 2 % a day: 0.98 1.018 0.8941 0.9500 0.8858 0.8858 0.9202, median 0.9202 (= 0.98^7 · 1.06, day 7);
+    #   differences +.0380 −.1239 +.0559 −.0642 .0000 +.0344, their median (0 + .0344) / 2 = .0172,
+    #   |d − .0172| .0208 .1411 .0387 .0814 .0172 .0172, MAD (.0208 + .0387) / 2 = .0298,
+    #   spread 4 · 1.4826 · .0298 / √2 / .9202 = 13.6 %: flagged below .9202 · (1 − .136) = .7953;
+    #   days 8-12: .8082 .8588 .8007 .8007 .8318 (0.98^n · C); day 13: 0.98^13 · 0.95 = .7306 (−20.6 %)
+    # (the MAD about the median would be 4 · 1.4826 · .0344 / .9202 = 22.2 %: first flagged on day 18,
+    # 0.98^18 · 0.95 = .6604, below .9202 · (1 − .222) = .7164)
+    # 3 % a day: median 0.97^3 · 0.95 = .8670, differences' MAD .0286, spread 13.85 %; day 8: 0.97^8 · 0.95
+    #   = .7446 (−14.1 %): flagged at once
+    # 1 % a day: median 0.99^7 · 1.06 = .9880, spread 12.8 %, flagged below .8611; days 8-12: .8766 .9409
+    #   .8863 .8953 .9396; day 13: 0.99^13 · 0.95 = .8336 (−15.6 %)
+    levels = [(1 - rate) ** n for n in range(1, 29)]
+    result = judged(cycled(levels))
+    assert flagged_days(result, "window") == []
+    assert flagged_days(result, "reference")[0] == first_day
+    (flag,) = check(cycled(levels), nth(first_day))[1]
+    median = {0.01: 0.99 ** 7 * 1.06, 0.02: 0.98 ** 7 * 1.06, 0.03: 0.97 ** 3 * 0.95}[rate]
+    value = (1 - rate) ** first_day * C[(first_day - 1) % 5]
+    assert (flag["rule"], flag["baseline"], flag["change"]) == (
+        "reference", pytest.approx(median), pytest.approx(value / median - 1))
+    if rate == 0.02:
+        diffs = [0.98 ** (n + 1) * C[n % 5] - 0.98 ** n * C[(n - 1) % 5] for n in range(1, 7)]
+        centre = (diffs[4] + diffs[5]) / 2                      # 0 and +.0344, the middle two
+        mad = (abs(diffs[0] - centre) + abs(diffs[2] - centre)) / 2
+        assert mad == pytest.approx(0.0298, abs=5e-5)
+        assert flag["spread"] == pytest.approx(4 * 1.4826 * mad / 2 ** 0.5 / median)
+
+
+def test_a_one_day_drop_that_comes_back_is_not_flagged_by_the_reference_once_it_recovers():
+    # ten days at level 1, day 11 at 0.70 (C = 1.00 on day 11: −30 %), then level 1 again: day 11 is flagged
+    # by both rules; day 12 (1.06) and day 13 (0.95, −5 %) are not flagged by either, and a later drop would
+    # start a new flag run
+    result = judged(cycled([1.0] * 10 + [0.7] + [1.0] * 3))
+    assert result[11] == [("window", "speedup", 11), ("reference", "speedup", 11)]
+    assert {n: flags for n, flags in result.items() if flags} == {11: result[11]}
+    (window, reference) = check(cycled([1.0] * 10 + [0.7] + [1.0] * 3), nth(11))[1]
+    assert (reference["baseline"], reference["change"]) == (1.0, pytest.approx(-0.3))
+
+
+def test_a_step_drop_that_stays_is_flagged_every_day_by_the_reference():
+    # ten days at level 1, then level 0.8 from day 11 to day 28: every day is 0.8 · C, at most 0.8 · 1.06 =
+    # 0.848 (−15.2 %), below 0.8742, so the reference flags all 18 days, as one run since day 11.
+    # The window lets the 6 % days through: on day 12 (0.848) its window is days 4-10 (day 11 was flagged),
+    # 1.03 .98 1.00 1.06 .95 1.03 .98, median 1.00, |deviations| .03 .02 0 .06 .05 .03 .02, MAD .03,
+    # spread 4 · 1.4826 · .03 = 17.8 %: −15.2 % is within it
+    data = cycled([1.0] * 10 + [0.8] * 18)
+    result = judged(data)
+    assert flagged_days(result, "reference") == list(range(11, 29))
+    assert all(("reference", "speedup", 11) in result[n] for n in range(11, 29))
+    assert result[12] == [("reference", "speedup", 11)]
+    c, flagged = check(data, nth(28))
+    ref = next(r for r in flagged if r["rule"] == "reference")
+    # day 28 has C[27 % 5] = 0.95: 0.76, −24 %
+    assert (ref["value"], ref["change"], ref["flagged_since"]) == (
+        pytest.approx(0.76), pytest.approx(-0.24), nth(11).isoformat())
+
+
+def test_accept_since_moves_the_reference():
+    # ten days at level 1, then level 0.8 from day 11, accept_since = day 11. From day 11 on, the reference is
+    # days 11-17 (forming until then): speedup 0.8 · C, median 0.80, MAD of the differences 0.8 · .03, spread
+    # 4 · 1.4826 · .024 / √2 / 0.80 = 12.58 % again (the rule is scale-free). The new level is the normal:
+    since = nth(11)
+    level = [1.0] * 10 + [0.8] * 18
+    assert judged(cycled(level), accept_since=since) == {n: [] for n in range(1, 29)}
+    c = check(cycled(level), nth(17), accept_since=since)[0]
+    assert c["references"] == {"spec": {"status": "forming", "dates": [nth(n).isoformat() for n in range(11, 18)]}}
+    c = check(cycled(level), nth(18), accept_since=since)[0]
+    assert c["references"] == {"spec": reference_set(11, speedup=(0.8, REF_SPEEDUP))}
+    # a date before accept_since (a backfill) keeps the first reference: day 10 is judged against days 1-7
+    assert check(cycled(level), nth(10), accept_since=since)[0]["references"] == {"spec": reference_set()}
+    # a decline of 2 % a day from day 18 is flagged against the new reference, on its sixth day as after the
+    # first one (the noise has the same phase: day 18 has C = 0.95): day 23, 0.8 · 0.98^6 · 0.95 = 0.6732,
+    # −15.8 % against 0.80
+    declining = cycled([1.0] * 10 + [0.8] * 7 + [0.8 * 0.98 ** k for k in range(1, 12)])
+    result = judged(declining, accept_since=since)
+    assert flagged_days(result, "reference")[0] == 23
+    assert flagged_days(result, "window") == []
+    (flag,) = check(declining, nth(23), accept_since=since)[1]
+    assert (flag["baseline"], flag["change"], flag["reference_dates"]) == (
+        pytest.approx(0.8), pytest.approx(0.98 ** 6 * 0.95 - 1), [nth(n).isoformat() for n in range(11, 18)])
+
+
+def test_the_check_names_each_deployment_s_reference_or_why_there_is_none():
+    # "spec": nine days at level 1 (reference days 1-7, as above); "new": its first two dates (forming);
+    # "base": a baseline, no accept length or speedup: no values, no median; its tpot_p99 is NOISY's
+    data = pl.concat([cycled([1.0] * 9), days([(1.0, 3.0, 40.0)] * 2, last=nth(9), deployment="new"),
+                      days([(None, None, t) for _, _, t in NOISY + NOISY[:4]], last=nth(9), deployment="base")])
+    c, flagged = check(data, nth(9))
+    assert flagged == []
+    no_values = {"values": 0, "median": None, "spread": None, "limit": None}
+    assert c["references"] == {
+        "base": {"status": "set", "dates": [nth(n).isoformat() for n in range(1, 8)],
+                 "metrics": {"mean_accept_length": no_values, "speedup": no_values,
+                             "tpot_p99": reference_set()["metrics"]["tpot_p99"]}},
+        "new": {"status": "forming", "dates": [nth(8).isoformat(), nth(9).isoformat()]},
+        "spec": reference_set()}
+    # the reference needs min_history_dates values among its dates, as a window does: speedup on two of
+    # seven is too few
+    sparse = cycled([1.0] * 9).with_columns(
+        pl.when(pl.col("date") <= nth(5)).then(None).otherwise(pl.col("speedup")).alias("speedup"))
+    assert check(sparse, nth(9))[0]["references"]["spec"]["metrics"]["speedup"] == {
+        "values": 2, "median": None, "spread": None, "limit": None}
+
 
 
 # ---------------------------------------------------------------- config
@@ -364,6 +644,47 @@ def test_markdown_lists_the_flags_and_their_windows():
         f"- spec speedup 0.8 vs median 1 (-20.0%): still below the median of the window before {DROP[0]}, "
         "flagged since then\n\n")
     assert f"| spec | speedup | 1.000 | 17.8% | 17.8% | {day(-8)} – {day(-4)} (5) | 2 |" in text
+
+
+def test_a_reference_flag_in_words():
+    # the 2 % decline after a stable reference: day 15 starts the flag run (0.98^8 · 0.98 = 0.8338, −16.6 %),
+    # day 16 continues it (0.98^9 · 1.00 = 0.8337, −16.6 %)
+    data = cycled([1.0] * 7 + [0.98 ** k for k in range(1, 22)])
+    c, flagged = check(data, nth(15))
+    assert status_lines(c, flagged) == ["Regressions: 1 flagged against the reference"]
+    assert flag_line(flagged[0], nth(15).isoformat()) == (
+        "spec speedup 0.8337: 16.6% below the reference (median of 2026-11-01..2026-11-07: 1)")
+    c, flagged = check(data, nth(16))
+    assert flag_line(flagged[0], nth(16).isoformat()) == (
+        "spec speedup 0.8337: 16.6% below the reference (median of 2026-11-01..2026-11-07: 1), flagged since "
+        "2026-11-15")
+    # a rise of tpot_p99: day 11 at 84, twice the reference's median 42: +100 %, past its limit 49.9 %
+    rise = pl.concat([cycled([1.0] * 10), days([(1.0, 3.0, 84.0)], last=nth(11))])
+    (tpot,) = [r for r in check(rise, nth(11))[1] if r["rule"] == "reference"]
+    assert flag_line(tpot, nth(11).isoformat()) == (
+        "spec tpot_p99 84: 100.0% above the reference (median of 2026-11-01..2026-11-07: 42)")
+
+
+def test_markdown_lists_window_and_reference_flags_apart():
+    # the one-day drop to 0.70 on day 11: the window (days 4-10: 1.03 .98 1.00 1.06 .95 1.03 .98, median
+    # 1.00, MAD .03, spread 17.8 %) and the reference (days 1-7, spread 12.58 %) both flag it
+    c, flagged = check(cycled([1.0] * 10 + [0.7] + [1.0] * 3), nth(11))
+    assert markdown._regressions(doc_with(c, flagged, nth(11))) == (
+        "## Regressions\n\n1 flagged against the window's 7 earlier dates, 1 against the reference.\n\n"
+        "- spec speedup 0.7 vs median 1 (-30.0%)\n"
+        "- spec speedup 0.7: 30.0% below the reference (median of 2026-11-01..2026-11-07: 1)\n\n"
+        "Against the window, each change is against the median of its window, the latest earlier dates not "
+        "flagged themselves, and past its limit: the larger of its threshold and the window's spread, "
+        "4 × 1.4826 × MAD / median.\n\n"
+        "| deployment | metric | median before | spread | limit | window | flagged dates left out |\n"
+        "|---|---|---|---|---|---|---|\n"
+        "| spec | speedup | 1.000 | 17.8% | 17.8% | 2026-11-04 – 2026-11-10 (7) | 0 |\n\n"
+        "Against the reference, each change is against the median of the deployment's first window_days dates "
+        "(from accept_since, where that is in effect) and past its limit: the larger of its threshold and the "
+        "reference's spread, 4 × 1.4826 × MAD of its day-to-day differences / √2 / median.\n\n"
+        "| deployment | metric | reference median | spread | limit | reference |\n"
+        "|---|---|---|---|---|---|\n"
+        "| spec | speedup | 1.000 | 12.6% | 12.6% | 2026-11-01 – 2026-11-07 (7) |\n")
 
 
 # ---------------------------------------------------------------- end to end
@@ -493,3 +814,34 @@ def test_nightly_flags_a_lasting_drop_every_day_until_accept_since(tmp_path):
         "3 earlier dates"]
     check = json.loads((accepted / DATES[8] / "report.json").read_text())["regression_check"]
     assert check["accepted_since"] == {"base": first, "spec": first}
+
+
+def test_nightly_flags_a_slow_decline_against_the_reference(tmp_path):
+    # speedup 2 · C[(n − 1) % 5] on days 1-7 (the reference: median 2.0, spread 12.58 % as above, the rule
+    # being scale-free), then 2 % a day compound: 2 · 0.98^k · C. Day 13 (decline day 6) is 2 · 0.98^6 · 0.95
+    # = 1.683, −15.8 %: exit 1, the first exit 1 of the thirteen runs. The window never flags it.
+    dates = [f"2026-11-{d}" for d in range(16, 29)]
+    levels = [1.0] * 7 + [0.98 ** k for k in range(1, 7)]
+    ms = [15.0 / (C[i % 5] * level) for i, level in enumerate(levels)]      # speedup = 30 / ms
+    traces = write_days(tmp_path / "traces", dict(zip(dates, ms)))
+    config = tmp_path / "loose.toml"
+    config.write_text(LOOSE)
+    out = tmp_path / "out"
+    results = run(traces, dates, out, config)
+    assert [r.exit_code for r in results] == [0] * 12 + [1]
+    assert regression_lines(results[12]) == [
+        "Regressions: 1 flagged against the reference",
+        "regression: spec speedup 1.683: 15.8% below the reference (median of 2026-11-16..2026-11-22: 2)"]
+    assert regression_lines(results[11]) == [
+        "Regressions: none — no headline metric moved past both its threshold and the spread of the window's "
+        "7 earlier dates, nor of its reference"]
+    doc = json.loads((out / dates[12] / "report.json").read_text())
+    (flag,) = doc["regressions"]
+    assert (flag["rule"], flag["reference_dates"], flag["flagged_since"]) == ("reference", dates[:7], dates[12])
+    assert flag["change"] == pytest.approx(0.98 ** 6 * 0.95 - 1)
+    speedup = doc["regression_check"]["references"]["spec"]["metrics"]["speedup"]
+    assert speedup == {"values": 7, "median": pytest.approx(2.0), "spread": pytest.approx(REF_SPEEDUP),
+                       "limit": pytest.approx(REF_SPEEDUP)}
+    assert "- spec speedup 1.683: 15.8% below the reference" in (out / dates[12] / "report.md").read_text()
+    assert ("<li>spec speedup 1.683: 15.8% below the reference (median of 2026-11-16..2026-11-22: 2)</li>"
+            in (out / dates[12] / "report.html").read_text())

@@ -127,13 +127,29 @@ def _regressions(doc: dict) -> str:
     if not doc["regressions"]:
         return head.rstrip("\n") + "\n"
     flags = "".join(f"- {flag_line(r, doc['date'])}\n" for r in doc["regressions"])
-    body = [(r["deployment_id"], r["metric"], num(r["baseline"]), pct(r["spread"]), pct(r["limit"]),
-             _window(r["window_dates"]), str(len(r["excluded_flagged_dates"]))) for r in doc["regressions"]]
-    return (head + flags + "\nEach change is against the median of its window, the latest earlier dates not "
-            "flagged themselves, and past its limit: the larger of its threshold and the window's spread, "
-            f"{regression.SPREAD_SDS:g} × 1.4826 × MAD / median.\n\n"
-            + table(["deployment", "metric", "median before", "spread", "limit", "window", "flagged dates left out"],
-                    body))
+    # a flag from before the reference rule has no "rule": it is the window's
+    by_window = [r for r in doc["regressions"] if r.get("rule", "window") == "window"]
+    by_reference = [r for r in doc["regressions"] if r.get("rule") == "reference"]
+    parts = [head + flags]
+    if by_window:
+        body = [(r["deployment_id"], r["metric"], num(r["baseline"]), pct(r["spread"]), pct(r["limit"]),
+                 _window(r["window_dates"]), str(len(r["excluded_flagged_dates"]))) for r in by_window]
+        # with reference flags below, "each change" alone would claim theirs too
+        each = "Against the window, each change" if by_reference else "Each change"
+        parts.append(f"\n{each} is against the median of its window, the latest earlier dates not "
+                     "flagged themselves, and past its limit: the larger of its threshold and the window's spread, "
+                     f"{regression.SPREAD_SDS:g} × 1.4826 × MAD / median.\n\n"
+                     + table(["deployment", "metric", "median before", "spread", "limit", "window",
+                              "flagged dates left out"], body))
+    if by_reference:
+        body = [(r["deployment_id"], r["metric"], num(r["baseline"]), pct(r["spread"]), pct(r["limit"]),
+                 _window(r["reference_dates"])) for r in by_reference]
+        parts.append("\nAgainst the reference, each change is against the median of the deployment's first "
+                     "window_days dates (from accept_since, where that is in effect) and past its limit: the larger "
+                     f"of its threshold and the reference's spread, {regression.SPREAD_SDS:g} × 1.4826 × MAD of "
+                     "its day-to-day differences / √2 / median.\n\n"
+                     + table(["deployment", "metric", "reference median", "spread", "limit", "reference"], body))
+    return "".join(parts)
 
 
 def _window(dates: list[str]) -> str:

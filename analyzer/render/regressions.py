@@ -30,11 +30,21 @@ def status_lines(check: dict, flagged: list[dict]) -> list[str]:
         return [f"Regressions: not checked — {_dates(check['earlier_dates'])} in the history{_since(accepted)}, "
                 f"{check['needed']} needed (min_history_dates)"]
     against = f"the window's {_dates(check['earlier_dates'])}"
-    if flagged:
+    # A document written before the reference rule has neither "rule" nor "references".
+    by_reference = sum(1 for f in flagged if f.get("rule") == "reference")
+    by_window = len(flagged) - by_reference
+    if by_window and by_reference:
+        lines = [f"Regressions: {by_window} flagged against {against}, {by_reference} against the reference"]
+    elif by_reference:
+        lines = [f"Regressions: {by_reference} flagged against the reference"]
+    elif flagged:
         lines = [f"Regressions: {len(flagged)} flagged against {against}"]
     else:
+        # "nor of its reference" only where some deployment was compared with one: before its
+        # first full window of dates it has none, and the line must not claim it.
+        referenced = any(r.get("status") == "set" for r in (check.get("references") or {}).values())
         lines = [f"Regressions: none — no headline metric moved past both its threshold and the spread of "
-                 f"{against}"]
+                 f"{against}" + (", nor of its reference" if referenced else "")]
     if check.get("not_checked"):
         names = ", ".join(f"{d['deployment_id']} ({_dates(d['earlier_dates'])}"
                           f"{_since({d['deployment_id']: d['accepted_since']} if 'accepted_since' in d else {})})"
@@ -45,11 +55,19 @@ def status_lines(check: dict, flagged: list[dict]) -> list[str]:
 
 def flag_line(flag: dict, date: str) -> str:
     """One entry of ``regressions`` of the report for ``date`` as a sentence: the value against
-    the window's median and, when the flag continues one from an earlier date, since when."""
+    the window's median, or how far below (above) the reference it is, and, when the flag
+    continues one from an earlier date, since when."""
+    since = flag.get("flagged_since")
+    side = "below" if flag["change"] < 0 else "above"
+    if flag.get("rule") == "reference":
+        dates = flag["reference_dates"]
+        line = (f"{flag['deployment_id']} {flag['metric']} {flag['value']:.4g}: {abs(flag['change']):.1%} {side} "
+                f"the reference (median of {dates[0]}..{dates[-1]}: {flag['baseline']:.4g})")
+        if since and since != date:
+            line += f", flagged since {since}"
+        return line
     line = (f"{flag['deployment_id']} {flag['metric']} {flag['value']:.4g} vs median {flag['baseline']:.4g} "
             f"({flag['change']:+.1%})")
-    since = flag.get("flagged_since")
     if since and since != date:
-        side = "below" if flag["change"] < 0 else "above"
         line += f": still {side} the median of the window before {since}, flagged since then"
     return line
