@@ -18,8 +18,9 @@ ranges"):
   its own: k = 0 at the edges; between two buckets that pay it takes the lower one's k,
   since a k = 0 range between two k > 0 ranges needs evidence of its own (an upper bound
   below 1), not noise;
-- a bucket the deployment never ran at takes the nearest lower bucket's k (below the
-  lowest, the lowest's), as vLLM fills gaps.
+- a bucket the deployment never ran at: below a bucket that pays, the nearest lower
+  bucket's k (below the lowest, the lowest's), since a speedup falls as the batch grows;
+  above every bucket that pays, k = 0 (unmeasured).
 
 A deployment none of whose buckets is decided either way, whose speedup over all of its
 tokens passes, gets no ranges: it ships as configured.
@@ -105,8 +106,7 @@ def evidence_ranges(rec: dict[str, Any], config: Config) -> list[list[int]]:
         if i in ks:
             k = ks[i]
         else:
-            lower = [j for j in positions if j < i]
-            k = ks[max(lower)] if lower else ks[min(positions)]
+            k = _unseen(i, positions, ks, paying)
         start, end = BOUNDS[BUCKETS[i]]
         if end is None:
             end = max(int(largest or start), int(start))
@@ -117,6 +117,19 @@ def evidence_ranges(rec: dict[str, Any], config: Config) -> list[list[int]]:
     if largest is not None and largest > ranges[-1][1]:
         ranges[-1][1] = int(largest)
     return ranges
+
+
+def _unseen(i: int, positions: list[int], ks: dict[int, int], paying: list[int]) -> int:
+    """The k of a bucket the deployment never ran at: a speedup falls as the batch grows, so
+    a bucket below one that pays would pay too, and it takes the k of the nearest bucket
+    below it (of the one above, below the lowest), when that one pays; a bucket above every
+    bucket that pays is unmeasured, and speculation is off there."""
+    if not any(j > i for j in paying):
+        return 0
+    lower = [j for j in positions if j < i]
+    if not lower:
+        return ks[min(j for j in paying if j > i)]
+    return ks[max(lower)]
 
 
 def off_ranges(ranges: list[list[int]]) -> list[tuple[int, int]]:
