@@ -635,12 +635,13 @@ def _recommendation(con, deployment_id: str, *, by_context: bool, config=None) -
     from the evidence (decide.configs), and the speedup of that config on the same steps."""
     from .analysis import uncertainty
     from .analysis.config import Config
-    from .analysis.tuning import recommend as search
+    from .analysis.tuning import compare_contexts, recommend as search
     from .decide.configs import evidence_ranges, off_ranges
 
     config = config or Config()
     rec = search(con, deployment_id, by_context=by_context)
     rec["num_speculative_tokens_per_batch_size"] = ranges = evidence_ranges(rec, config)
+    compare_contexts(rec)
     rec["config_speedup"] = None
     if ranges and off_ranges(ranges):
         pair = uncertainty.matched_pairs(con, "steps").get(deployment_id)

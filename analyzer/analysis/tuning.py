@@ -109,7 +109,6 @@ predicted_speedup(1) > 1; without t0 it is the deployment's own round time at 0.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -924,13 +923,25 @@ def recommend_by_context(con: duckdb.DuckDBPyConnection, doc: dict[str, Any], fi
         ranges = (_ranges({"buckets": entry["buckets"], "baseline_id": doc["baseline_id"]}, used_fits, data, notes,
                           largest) if used_fits else [])
         rounds = sum(int(cell["num_rounds"]) for cell in by_batch.values())
-        differs = [{"batch_bucket": b["batch_bucket"], "k": b["recommended"],
-                    "overall_k": overall_k.get(b["batch_bucket"]), "num_rounds": b["num_rounds"]}
-                   for b in entry["buckets"]
-                   if b["recommended"] is not None and overall_k.get(b["batch_bucket"]) is not None
-                   and b["recommended"] != overall_k[b["batch_bucket"]]]
         out.append({"context_bucket": context, "num_rounds": rounds,
                     "share_of_rounds": rounds / total_rounds if total_rounds else None,
-                    "dominant": context == dominant, "ranges": ranges, "differs_from_overall": differs,
+                    "dominant": context == dominant, "ranges": ranges,
+                    "differs_from_overall": _differences(entry["buckets"], overall_k),
                     "buckets": entry["buckets"], "notes": notes})
     return out
+
+
+def _differences(buckets_: list[dict[str, Any]], overall_k: dict[str, int | None]) -> list[dict[str, Any]]:
+    return [{"batch_bucket": b["batch_bucket"], "k": b["recommended"], "overall_k": overall_k.get(b["batch_bucket"]),
+             "num_rounds": b["num_rounds"]}
+            for b in buckets_
+            if b["recommended"] is not None and overall_k.get(b["batch_bucket"]) is not None
+            and b["recommended"] != overall_k[b["batch_bucket"]]]
+
+
+def compare_contexts(doc: dict[str, Any]) -> None:
+    """Each context's differences from the overall recommendation, against its final k (the
+    recommendation's k is decided from the evidence after the search: decide/configs.py)."""
+    overall_k = {b["batch_bucket"]: b["recommended"] for b in doc["buckets"]}
+    for entry in doc.get("by_context") or []:
+        entry["differs_from_overall"] = _differences(entry["buckets"], overall_k)

@@ -97,6 +97,7 @@ def evidence_ranges(rec: dict[str, Any], config: Config) -> list[list[int]]:
     for b in observed:
         i = BUCKETS.index(b["batch_bucket"])
         b["recommended"] = ks[i]
+        _speedup_at(b, ks[i])
         if b["evidence"] == UNDECIDED and ks[i]:
             b["why_k"] += "; between two buckets that pay, so it keeps the lower one's k"
     ranges: list[list[int]] = []
@@ -117,6 +118,17 @@ def evidence_ranges(rec: dict[str, Any], config: Config) -> list[list[int]]:
     if largest is not None and largest > ranges[-1][1]:
         ranges[-1][1] = int(largest)
     return ranges
+
+
+def _speedup_at(bucket: dict[str, Any], k: int) -> None:
+    """The bucket's speedup at its decided k: 1 for plain decoding, else what the search
+    predicted or measured for that length."""
+    if k == 0:
+        bucket["speedup_at_k"], bucket["speedup_at_k_source"] = 1.0, "plain decoding"
+        return
+    value = (bucket.get("predicted_speedup") or {}).get(str(k))
+    bucket["speedup_at_k"] = value
+    bucket["speedup_at_k_source"] = (bucket.get("speedup_source") or {}).get(str(k)) if value is not None else None
 
 
 def _unseen(i: int, positions: list[int], ks: dict[int, int], paying: list[int]) -> int:

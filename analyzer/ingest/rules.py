@@ -515,7 +515,7 @@ def conflict_rows_sql(plans: dict[str, TablePlan], dependents: tuple[str, ...], 
     counts are zero and no table is read. Standard SQL, for DuckDB and Spark."""
     _versions, conflicts = VERSIONS["deployments"]
     if not any_conflict:
-        return (f"select *, " + ", ".join(f"cast(0 as bigint) as {q(t)}" for t in dependents)
+        return ("select *, " + ", ".join(f"cast(0 as bigint) as {q(t)}" for t in dependents)
                 + f" from {conflicts}")
     selects, joins = [], []
     for i, table in enumerate(dependents):

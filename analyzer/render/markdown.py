@@ -16,7 +16,7 @@ from ..analysis.precision import with_interval
 from .cells import DASH, cell, is_missing, num, pct, shown_ratio, table, times
 from .gates import render_gates_markdown
 from .quant import render_quant_markdown
-from .recommend import by_context_markdown, speedup_at_k
+from .recommend import by_context_markdown, measured_with_interval, speedup_at_k
 from .regressions import flag_line, status_lines
 
 BATCH_BUCKETS = labels("batch")
@@ -179,7 +179,8 @@ def _findings(doc: dict) -> str:
                 word = shown_ratio(d["tpot_speedup"])[1]
                 lines.append(f"- **{dep}** ({d['method']}): speedup per round unknown (no steps); by request "
                              f"timings it is {with_interval_of(d, 'tpot_speedup', '×')} ({word}) per output token "
-                             "than its baseline (tpot_speedup, not matched on batch size).")
+                             "than its baseline at the same concurrency (tpot_speedup), over "
+                             f"{pct(d.get('tpot_speedup_coverage'))} of its output tokens.")
             elif d.get("log_speedup") is not None:
                 word = shown_ratio(d["log_speedup"])[1]
                 lines.append(f"- **{dep}** ({d['method']}): by engine logs it is {with_interval_of(d, 'log_speedup', '×')} "
@@ -189,18 +190,13 @@ def _findings(doc: dict) -> str:
                 lines.append(f"- **{dep}** ({d['method']}): speedup unknown, see the notes.")
             continue
         _, verdict = shown_ratio(d["speedup"])
+        matched = "batch sizes and contexts" if (d.get("matched") or {}).get("rounds", {}).get("context_known") \
+            else "batch sizes"
         text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {with_interval_of(d, 'speedup', '×')} "
-                f"the throughput of {d['baseline_id']} ({verdict}), over {pct(d['speedup_coverage'])} "
-                f"of its tokens; mean accept length {with_interval_of(d, 'mean_accept_length')}.")
-        buckets = [b for b in curve.get(dep, []) if b["condition_holds"] is not None]
-        wins = [b["batch_bucket"] for b in buckets if b["condition_holds"]]
-        losses = [b["batch_bucket"] for b in buckets if not b["condition_holds"]]
-        if wins and losses:
-            text += f" It pays at batch {', '.join(wins)} and loses at {', '.join(losses)}."
-        elif losses:
-            text += " It loses at every observed batch size."
-        elif wins:
-            text += " It pays at every observed batch size."
+                f"the throughput of {d['baseline_id']} at the same {matched} ({verdict}), over "
+                f"{pct(d['speedup_coverage'])} of its tokens; mean accept length "
+                f"{with_interval_of(d, 'mean_accept_length')}.")
+        text += _by_interval(curve.get(dep, []))
         text += _latency_finding(d, baselines.get(d["baseline_id"]))
         lines.append(text)
     lines += _quant_findings(doc)
@@ -209,6 +205,28 @@ def _findings(doc: dict) -> str:
     if not lines:
         return ""
     return "## Findings\n\n" + "\n".join(lines) + "\n"
+
+
+def _by_interval(curve: list[dict]) -> str:
+    """Where the speedup pays by its 95 % interval, where it loses, and where the data can't tell."""
+    known = [b for b in curve if b.get("speedup_interval")]
+    pays = [b["batch_bucket"] for b in known if b["speedup_interval"][0] > 1]
+    loses = [b["batch_bucket"] for b in known if b["speedup_interval"][1] < 1]
+    open_ = [b["batch_bucket"] for b in known if b["speedup_interval"][0] <= 1 <= b["speedup_interval"][1]]
+    if not known:
+        return ""
+    if pays and not loses and not open_:
+        return " It pays at every observed batch size (by the 95% interval of each)."
+    if loses and not pays and not open_:
+        return " It loses at every observed batch size (by the 95% interval of each)."
+    parts = []
+    if pays:
+        parts.append(f"pays at batch {', '.join(pays)}")
+    if loses:
+        parts.append(f"loses at {', '.join(loses)}")
+    if open_:
+        parts.append(f"can't tell at {', '.join(open_)}")
+    return " By the 95% interval of each batch bucket it " + "; ".join(parts) + "."
 
 
 def _reconciliation_findings(doc: dict) -> list[str]:
@@ -356,18 +374,29 @@ def _structured(doc: dict) -> str:
 
 
 def _curve_table(items: list[dict], key: str, label: str) -> str:
+    with_intervals = any(r.get("speedup_interval") for r in items)
+
+    def speedup(r: dict) -> str:
+        if with_intervals and r.get("speedup_interval") and not is_missing(r["speedup"]):
+            return with_interval(r["speedup"], *r["speedup_interval"], suffix="×")
+        return times(r["speedup"])
+
     body = [(r["deployment_id"], r[key], num(r["num_rounds"]), num(r["mean_accept_length"]),
-             num(r["tokens_per_round"]), num(r["round_ms"]), num(r["t0_ms"]), times(r["speedup"]),
-             num(r["condition_holds"]))
+             num(r["tokens_per_round"]), num(r["round_ms"]), num(r["t0_ms"]), speedup(r),
+             *([pct(r.get("matched_share"))] if with_intervals else []), num(r["condition_holds"]))
             for r in items]
     return table(["deployment", label, "rounds", "accept length", "tokens/round", "round ms", "t0 ms",
-                  "speedup", "condition holds"], body)
+                  "speedup", *(["matched"] if with_intervals else []), "condition holds"], body)
 
 
 def _load_curve(doc: dict) -> str:
     return ("## 6. Load curve by batch bucket\n\n"
             "Decode-only rounds. As batches grow, plain decoding uses the idle compute that speculation "
-            "relied on, and verifying drafts starts to compete with other requests.\n\n"
+            "relied on, and verifying drafts starts to compete with other requests. t0 is the baseline's time "
+            "per token at the batch sizes and contexts the deployment's steps in the bucket ran at (each step "
+            "matched at its own, between the loads the baseline measured), so a bucket's speedup adds the same "
+            "steps as the headline; matched is the share of the bucket's tokens in steps the baseline's loads "
+            "cover, and the speedup carries its 95% interval.\n\n"
             + _curve_table(doc["load_curve"], "batch_bucket", "batch"))
 
 
@@ -577,9 +606,12 @@ def _tuning(doc: dict) -> str:
     parts = ["## 13. Speculation length\n\n"
              "Each extra draft position adds ΔE[L] = Pr(K ≥ i) tokens per round, less and less (a^i in the "
              "fixed-a model), while every position costs draft and verify time. A position pays while "
-             "E[L](i)/T(i) > E[L](i−1)/T(i−1). The recommendation maximises t0 · E[L](γ) / T_round(γ) per batch "
-             "bucket; `specan recommend TRACES --deployment ID --format md` shows every γ. Each deployment's vLLM config "
-             "line is its one config. Its 'by context length' table repeats the procedure within each context "
+             "E[L](i)/T(i) > E[L](i−1)/T(i−1). The search predicts the best γ, t0 · E[L](γ) / T_round(γ), per batch "
+             "bucket; a bucket gets k > 0 only where its measured speedup is above 1 by its 95% interval, on at "
+             "least min_bucket_share of the tokens (evidence: pays), k = 0 where it is below (loses) or the "
+             "baseline never ran there (no_baseline), and an undecided bucket keeps k > 0 only between two that "
+             "pay. `specan recommend TRACES --deployment ID --format md` shows every γ. Each deployment's vLLM "
+             "config line is its one config. Its 'by context length' table repeats the procedure within each context "
              "bucket (E[L] from that bucket's acceptance, round cost from its steps, t0 matched on batch and "
              "context) and shows what each context would want; `specan recommend --by-context` shows its inputs.\n"]
     for rec in tuning["recommendations"]:
@@ -588,16 +620,22 @@ def _tuning(doc: dict) -> str:
         parts.append(f"\n### {dep}\n\n")
         if config:
             parts.append(f"vLLM config: `\"num_speculative_tokens_per_batch_size\": {config}`\n\n")
+        capped = rec.get("config_speedup")
+        if capped and capped.get("speedup") is not None:
+            parts.append(f"With that config, on the same steps: "
+                         f"{with_interval(capped['speedup'], *(capped['interval'] or (None, None)), suffix='×')} "
+                         f"(speculation off at batch {', '.join(f'{a}-{b}' for a, b in capped['off'])}).\n\n")
         body = []
         for b in rec["buckets"]:
             # where the fit serves no γ, the bucket has no fitted prediction and no R² to show;
             # where γ never varied, the speedup at k is the measured one
             paying = returns.get((dep, b["batch_bucket"]), {}).get("largest_paying_gamma")
             body.append((b["batch_bucket"], ", ".join(map(str, b["observed_gamma"])) or DASH,
-                         times(b.get("measured_speedup")), num(b["recommended"]), speedup_at_k(b),
-                         num(b["fit_r2"]), num(paying), b["why"]))
-        parts.append(table(["batch", "observed γ", "measured speedup", "recommended k", "speedup at k",
-                            "fit R²", "largest paying γ", "why"], body))
+                         measured_with_interval(b), b.get("evidence") or DASH, num(b.get("predicted_best")),
+                         num(b["recommended"]), speedup_at_k(b), num(b["fit_r2"]), num(paying),
+                         b.get("why_k") or b["why"]))
+        parts.append(table(["batch", "observed γ", "measured speedup", "evidence", "predicted best γ",
+                            "recommended k", "speedup at k", "fit R²", "largest paying γ", "why"], body))
         first = next((m for m in tuning["marginal_returns"] if m["deployment_id"] == dep and
                       any(p["delta_round_ms"] is not None for p in m["positions"])), None)
         if first:

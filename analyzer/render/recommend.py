@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analysis.precision import with_interval
 from .cells import DASH, num, table
 
 
@@ -28,7 +29,7 @@ def render_recommend_markdown(result: dict[str, Any]) -> str:
     buckets = result["buckets"]
     if buckets:
         gammas = sorted({int(g) for b in buckets for g in b["predicted_speedup"]})
-        headers = (["batch bucket", "observed γ", "t0 ms/token", "fit R²", "measured speedup"]
+        headers = (["batch bucket", "observed γ", "t0 ms/token", "fit R²", "measured speedup", "evidence"]
                    + [f"γ={g}" for g in gammas] + ["recommended k"])
         body = []
         for b in buckets:
@@ -44,21 +45,33 @@ def render_recommend_markdown(result: dict[str, Any]) -> str:
                     text = f"**{text}**"
                 cells.append(text)
             body.append([b["batch_bucket"], ", ".join(str(g) for g in b["observed_gamma"]) or DASH,
-                         num(b["baseline_ms_per_token"]), num(b["fit_r2"]), num(b["measured_speedup"]),
-                         *cells, DASH if b["recommended"] is None else str(b["recommended"])])
+                         num(b["baseline_ms_per_token"]), num(b["fit_r2"]), measured_with_interval(b),
+                         b.get("evidence") or DASH, *cells, DASH if b["recommended"] is None else str(b["recommended"])])
         parts.append("## Predicted speedup per speculation length\n")
         parts.append(table(headers, body))
         parts.append("Predicted speedup = t0 · E[L](γ) / T_round(γ). T_round is the measured mean round time "
                      "where steps ran at that γ in the bucket, else the fitted cost model (*italics*). Where only "
                      "one γ ran in a bucket, that γ shows the bucket's measured speedup (measured) and no other γ "
                      "is predicted; the fit's R² is shown where the fit serves some γ. "
-                     "γ = 0 is plain decoding (1.0). The recommended k is in **bold**.\n")
-        parts.append("Why each k:\n\n" + "\n".join(f"- {b['batch_bucket']}: {b['why']}" for b in buckets
-                                                     if b.get("why")) + "\n")
+                     "γ = 0 is plain decoding (1.0). The recommended k is in **bold**. The measured speedup "
+                     "carries its 95% interval, and decides: a bucket gets k > 0 only where that interval lies "
+                     "above 1 on enough of the tokens (evidence pays), k = 0 where it lies below (loses) or the "
+                     "baseline never ran there (no_baseline); an undecided bucket keeps k > 0 only between two "
+                     "that pay.\n")
+        parts.append("Why each k:\n\n" + "\n".join(
+            f"- {b['batch_bucket']}: {b.get('why_k') or b['why']}"
+            + (f" (the search: {b['why']})" if b.get("why_k") and b.get("why") else "")
+            for b in buckets if b.get("why") or b.get("why_k")) + "\n")
     ranges = result["num_speculative_tokens_per_batch_size"]
     parts.append("## vLLM config\n")
     if ranges:
         parts.append("```\n" + f'"num_speculative_tokens_per_batch_size": {json.dumps(ranges)}' + "\n```\n")
+        capped = result.get("config_speedup")
+        if capped and capped.get("speedup") is not None:
+            parts.append("On the same steps, with speculation off at batch "
+                         + ", ".join(f"{a}-{b}" for a, b in capped["off"]) + ", that config gives "
+                         + with_interval(capped["speedup"], *(capped["interval"] or (None, None)), suffix="×")
+                         + " (the ranges with k > 0 at the length that ran).\n")
     else:
         parts.append("No recommendation (see the notes).\n")
     if result.get("by_context"):
@@ -87,6 +100,16 @@ def render_recommend_markdown(result: dict[str, Any]) -> str:
         parts.append("## Notes\n")
         parts.append("\n".join(f"- {n}" for n in result["notes"]) + "\n")
     return "\n".join(parts)
+
+
+def measured_with_interval(bucket: dict[str, Any]) -> str:
+    """A bucket's measured speedup with its 95 % interval, as far as it has one."""
+    value, interval = bucket.get("measured_speedup"), bucket.get("measured_speedup_interval")
+    if value is None:
+        return DASH
+    if interval:
+        return with_interval(value, *interval, suffix="×")
+    return f"{value:.3f}×"
 
 
 def speedup_at_k(bucket: dict[str, Any]) -> str:

@@ -20,10 +20,7 @@ with per_token as (
 ),
 
 loads as (
-    select deployment_id, quantile_cont(load, 0.5) as load, min(load) as min_load, max(load) as max_load
-    from request_loads
-    where tokens > 0
-    group by deployment_id
+    select * from request_load_summary
 )
 
 select

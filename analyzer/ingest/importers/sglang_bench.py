@@ -9,7 +9,6 @@ accept length as printed and its definition, nothing else of acceptance.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from .bench import BenchFormat, BenchRun, import_bench
