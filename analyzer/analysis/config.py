@@ -29,21 +29,21 @@ from ..errors import InputProblem
 DEFAULT_CONFIG_TOML = """\
 [gates.correctness]          # matches_reference = true / requests where it is not null
 min_match_rate = 1.0
-max_failed_share_rise = 0.01 # failed requests (error, abort): share above the baseline's, absolute
+max_failed_share_rise = 0.01 # failed requests (error, abort): a rise over the baseline's share shown at 95% blocks
 [gates.quality]              # baseline's mean quality_score − this one's (absolute)
 max_quality_drop = 0.01
 [gates.latency]              # ms, per deployment
 ttft_p99_ms = 2000
 tpot_p95_ms = 60
 max_stall_p99_ms = 250
-max_worsening = 0.25         # worse than the matched baseline's value by more than this blocks
+max_worsening = 0.25         # past its target, worse than the baseline at the same load by this blocks
 # per check: ttft_p99_ms_max_worsening, tpot_p95_ms_max_worsening, max_stall_p99_ms_max_worsening
 [gates.capacity]
 min_speedup = 1.0            # the speedup interval's lower bound must clear it to ship
 min_speedup_coverage = 0.5   # share of committed tokens the speedup must cover to ship
 max_preemptions_per_request = 0.05
 [evidence]                   # below these the report says "not enough data" instead of deciding
-min_requests = 10            # a deployment's speedup decides only with this many of its requests
+min_requests = 10            # a speedup, percentile or share decides only with this many requests
 min_baseline_steps = 20      # a baseline load cell's t0 needs this many decode steps there
 min_baseline_requests = 10   # ... and this many baseline requests
 max_load_gap = 0.25          # interpolate the baseline's t0 between two loads at most this far apart
@@ -51,7 +51,7 @@ context_margin = 0.25        # a step's context may lie this much beyond the bas
 min_bucket_share = 0.02      # a batch bucket's own speedup decides its k only with this share of the tokens
 min_context_cell_rounds = 200  # a by-context cell's k may differ from the overall one from here
 min_fit_r2 = 0.5             # a round-cost fit extrapolates to unmeasured γ only above this R²
-min_log_intervals = 10       # logs speedup: a batch bucket counts with this many log intervals of each side
+min_log_intervals = 10       # logs speedup: a baseline's running-request count is a point from this many lines
 [intervals]                  # the 95% intervals (docs/metrics.md)
 replicates = 16000           # bootstrap replicates of the accept length
 latency_replicates = 2000    # bootstrap replicates of the latency percentiles
