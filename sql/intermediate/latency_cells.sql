@@ -15,7 +15,7 @@ with blocked as (
     select
         q.deployment_id,
         q.request_uid,
-        ntile(intervals_blocks()) over (partition by q.deployment_id order by q.arrival_time, q.request_uid)
+        ntile(intervals_blocks()) over (partition by q.deployment_id order by q.arrival_time, q.request_id, q.request_uid)
             as time_block
     from requests as q
 ),

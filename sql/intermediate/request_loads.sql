@@ -15,10 +15,13 @@
 -- tokens = output_tokens − 1 and time_ms = finish − first token: what the speedup from
 -- request timings divides. time_block: the request's block of time, 1 to
 -- intervals_blocks(), by arrival (equal numbers of the deployment's timed requests each).
+-- Ties are ordered by request_id, the id the trace wrote, so every engine cuts the blocks
+-- alike (request_uid is each engine's own hash, and breaks a tie only between partitions).
 with timed as (
     select
         deployment_id,
         request_uid,
+        request_id,
         epoch_us(arrival_time) as arrival_us,
         epoch_us(first_token_time) as first_us,
         epoch_us(finish_time) as finish_us,
@@ -30,11 +33,11 @@ with timed as (
 
 events as (
     -- +1 at a first token, −1 at a finish; an arrival changes nothing but is a time F is read at
-    select deployment_id, request_uid, first_us as t, 1 as delta, 1 as kind from timed
+    select deployment_id, request_uid, request_id, first_us as t, 1 as delta, 1 as kind from timed
     union all
-    select deployment_id, request_uid, finish_us, -1, 2 from timed
+    select deployment_id, request_uid, request_id, finish_us, -1, 2 from timed
     union all
-    select deployment_id, request_uid, arrival_us, 0, 0 from timed
+    select deployment_id, request_uid, request_id, arrival_us, 0, 0 from timed
 ),
 
 levels as (
@@ -42,9 +45,9 @@ levels as (
     -- that starts when another ends never counts them both)
     select
         *,
-        sum(delta) over (partition by deployment_id order by t, delta, request_uid, kind
+        sum(delta) over (partition by deployment_id order by t, delta, request_id, request_uid, kind
                          rows between unbounded preceding and current row) as level,
-        lead(t) over (partition by deployment_id order by t, delta, request_uid, kind) as next_t
+        lead(t) over (partition by deployment_id order by t, delta, request_id, request_uid, kind) as next_t
     from events
 ),
 
@@ -53,7 +56,7 @@ integrals as (
     select
         *,
         coalesce(sum(cast(level as double) * (next_t - t))
-                     over (partition by deployment_id order by t, delta, request_uid, kind
+                     over (partition by deployment_id order by t, delta, request_id, request_uid, kind
                            rows between unbounded preceding and 1 preceding), 0) as area_before
     from levels
 ),
@@ -86,6 +89,7 @@ select
     end, 1) as decimal(18, 1)) as life_load,
     t.output_tokens - 1 as tokens,
     cast((t.finish_us - t.first_us) / 1000.0 as decimal(18, 6)) as time_ms,
-    ntile(intervals_blocks()) over (partition by t.deployment_id order by t.arrival_us, t.request_uid) as time_block
+    ntile(intervals_blocks()) over (partition by t.deployment_id order by t.arrival_us, t.request_id, t.request_uid)
+        as time_block
 from timed as t
 join per_request as p on p.deployment_id = t.deployment_id and p.request_uid = t.request_uid
