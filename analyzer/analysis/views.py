@@ -191,10 +191,56 @@ def config_macro_names() -> tuple[str, ...]:
                  for f in dataclasses.fields(getattr(Config(), section)))
 
 
-def set_config_thresholds(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+def set_config_thresholds(con: duckdb.DuckDBPyConnection, config: Config, sql_dir: Path | None = None) -> None:
     """Replace the thresholds the views read with ``config``'s (temporary macros: a
-    report's workspace holds temporary objects only)."""
-    con.execute(config_macros_sql(config).replace("create or replace macro", "create or replace temp macro"))
+    report's workspace holds temporary objects only), and recompute the tables computed
+    with the ones they replace.
+
+    A plain view reads the macros when it is queried, but a table holds what the macros
+    said when it was computed: every materialized view that calls a config macro, or reads
+    one that does, is computed again (``config_dependent_tables``), in dependency order,
+    when the macros' text changes. A workspace keeps the text it last applied
+    (``config_applied``), so the same config applied twice recomputes nothing."""
+    text = config_macros_sql(config)
+    applied = con.execute("select text from config_applied").fetchone() if _has_relation(con, "config_applied") \
+        else None
+    if applied and applied[0] == text:
+        return
+    con.execute(text.replace("create or replace macro", "create or replace temp macro"))
+    before = applied[0] if applied else config_macros_sql(None)
+    if text != before:
+        views = discover_views(sql_dir)
+        tables = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+        relations = tables | {r[0] for r in con.execute("select view_name from duckdb_views()").fetchall()}
+        for name in config_dependent_tables(views):
+            # a reduced workspace (the Spark engine's) holds what the cluster computed with the
+            # config already, without the units it read: nothing to recompute there
+            if name in tables and (views[name].references & (views.keys() | INPUT_TABLES)) <= relations:
+                con.execute(f'create or replace temp table "{name}" as\n{views[name].sql}')
+    con.execute("create or replace temp table config_applied as select ? as text", [text])
+
+
+def _has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute("select count(*) from duckdb_tables() where table_name = ?", [name]).fetchone()[0])
+
+
+@lru_cache(maxsize=8)
+def _config_callers(views_key: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    names = set(config_macro_names())
+    return frozenset(name for name, sql in views_key
+                     if {f.name.lower() for f in sqlglot.parse_one(sql, read="duckdb").find_all(exp.Anonymous)} & names)
+
+
+def config_dependent_tables(views: dict[str, View]) -> list[str]:
+    """The materialized views whose rows depend on a config macro: those that call one, and
+    those that read (through any chain of views) one that does; in dependency order."""
+    callers = set(_config_callers(tuple(sorted((n, v.sql) for n, v in views.items()))))
+    deps = dependencies(views)
+    dependent: set[str] = set()
+    for name in dependency_order(views):
+        if name in callers or any(d in dependent for d in deps[name]):
+            dependent.add(name)
+    return [n for n in dependency_order(views) if n in dependent and views[n].materialized]
 
 
 def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N,
