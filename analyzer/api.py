@@ -545,7 +545,11 @@ def tuning_document(con, deployment_ids: list[str], config=None) -> dict:
     """Diminishing returns and the recommended speculation length of each speculative deployment."""
     from .analysis.tuning import marginal_returns
 
-    recommendations = [_recommendation(con, dep, by_context=True, config=config) for dep in deployment_ids]
+    from .analysis import uncertainty
+
+    pairs = uncertainty.matched_pairs(con, "steps")
+    recommendations = [_recommendation(con, dep, by_context=True, config=config, pair=pairs.get(dep))
+                       for dep in deployment_ids]
     return {"recommendations": [{k: v for k, v in r.items() if k != "cost_fits"} for r in recommendations],
             "cost_model": [fit for r in recommendations for fit in r.get("cost_fits", [])],
             "marginal_returns": marginal_returns(con)}
@@ -630,7 +634,7 @@ def recommend(ws: Workspace, deployment_id: str, *, by_context: bool = False, co
     return _recommendation(ws.con, deployment_id, by_context=by_context, config=config)
 
 
-def _recommendation(con, deployment_id: str, *, by_context: bool, config=None) -> dict:
+def _recommendation(con, deployment_id: str, *, by_context: bool, config=None, pair=None) -> dict:
     """The tuning search's document for one deployment (analysis.tuning), its ranges decided
     from the evidence (decide.configs), and the speedup of that config on the same steps."""
     from .analysis import uncertainty
@@ -639,12 +643,13 @@ def _recommendation(con, deployment_id: str, *, by_context: bool, config=None) -
     from .decide.configs import evidence_ranges, off_ranges
 
     config = config or Config()
-    rec = search(con, deployment_id, by_context=by_context)
+    if pair is None:
+        pair = uncertainty.matched_pairs(con, "steps").get(deployment_id)
+    rec = search(con, deployment_id, by_context=by_context, pair=pair)
     rec["num_speculative_tokens_per_batch_size"] = ranges = evidence_ranges(rec, config)
     compare_contexts(rec)
     rec["config_speedup"] = None
     if ranges and off_ranges(ranges):
-        pair = uncertainty.matched_pairs(con, "steps").get(deployment_id)
         if pair is not None:
             found = uncertainty.matched_interval(pair.with_off(off_ranges(ranges)),
                                                  max_blocks=config.intervals.max_blocks)

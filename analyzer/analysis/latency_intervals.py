@@ -67,9 +67,8 @@ def _quantile(hist: np.ndarray, values: np.ndarray, p: float) -> np.ndarray:
 def _coarse(counts: np.ndarray) -> np.ndarray:
     """The blocks of ``counts`` [fine blocks, ...] summed into at most BLOCKS contiguous ones."""
     ids = chunk(counts.shape[0], max(1, -(-counts.shape[0] // BLOCKS)))
-    out = np.zeros((int(ids.max()) + 1, *counts.shape[1:]))
-    np.add.at(out, ids, counts)
-    return out
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    return np.add.reduceat(counts, starts, axis=0)
 
 
 def _weights(seed: int, deployment: str, metric: str, replicates: int, blocks: int) -> np.ndarray:
@@ -115,8 +114,12 @@ def percentile_intervals(histograms: dict[str, dict[str, Histogram]], pairs: dic
 
 def _matched(hist: Histogram, base: Histogram, counts: np.ndarray, w: np.ndarray, p: float, seed: int,
              base_id: str, metric: str, replicates: int) -> dict[str, Any]:
-    """The baseline's percentile reweighted to the deployment's load mix, and the ratio."""
-    # one value axis for both sides
+    """The baseline's percentile reweighted to the deployment's load mix, and the ratio.
+
+    Per replicate, each matched cell of the baseline is scaled to the deployment's weighted
+    requests there; the percentile of each side is then read off the bins above ``TAIL``
+    below it in the full sample (a replicate's p-quantile never falls that far), so the
+    replicates' histograms need only those bins."""
     bins = np.union1d(hist.bins, base.bins)
     values = np.where(bins == ZERO_BIN, 0.0, np.exp((bins + 0.5) / 100))
     d = _on_bins(counts, hist.bins, bins)
@@ -134,21 +137,25 @@ def _matched(hist: Histogram, base: Histogram, counts: np.ndarray, w: np.ndarray
     d_common = d[:, [d_cells[c] for c in common]]          # [blocks, cells, bins]
     b_common = b[:, [b_cells[c] for c in common]]
     w_base = _weights(seed, base_id, metric + "/baseline", replicates, b_common.shape[0])
-
-    def matched_hists(wd: np.ndarray, wb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        dh = np.einsum("rk,kcb->rcb", wd, d_common)
-        bh = np.einsum("rk,kcb->rcb", wb, b_common)
-        d_mass, b_mass = dh.sum(axis=2), bh.sum(axis=2)
-        ok = (b_mass > 0) & (d_mass > 0)
-        scale = np.where(ok, d_mass / np.where(b_mass > 0, b_mass, 1), 0)
-        return (dh * ok[..., None]).sum(axis=1), (bh * scale[..., None]).sum(axis=1)
-
-    full_d, full_b = matched_hists(np.ones((1, d_common.shape[0])), np.ones((1, b_common.shape[0])))
-    rep_d, rep_b = matched_hists(w, w_base)
-    d_q = _quantile(rep_d, values, p)
-    b_q = _quantile(rep_b, values, p)
-    base_full = float(_quantile(full_b, values, p)[0])
-    d_full = float(_quantile(full_d, values, p)[0])
+    # the full sample's matched histograms, and the bins their tails start at
+    d_mass_full, b_mass_full = d_common.sum(axis=(0, 2)), b_common.sum(axis=(0, 2))
+    full_d = d_common.sum(axis=0).sum(axis=0)
+    full_b = (b_common.sum(axis=0) * (d_mass_full / b_mass_full)[:, None]).sum(axis=0)
+    start = min(_index(full_d, max(p - TAIL, 0.0)), _index(full_b, max(p - TAIL, 0.0)))
+    tail = slice(start, len(bins))
+    # per replicate: each side's weighted requests per cell, and the tail bins
+    d_mass = w @ d_common.sum(axis=2)                       # [R, cells]
+    b_mass = w_base @ b_common.sum(axis=2)
+    ok = (d_mass > 0) & (b_mass > 0)
+    scale = np.where(ok, d_mass / np.where(b_mass > 0, b_mass, 1), 0.0)
+    cells, width = len(common), len(bins) - start
+    d_tail = (w @ d_common[:, :, tail].reshape(d_common.shape[0], cells * width)).reshape(-1, cells, width)
+    b_tail = (w_base @ b_common[:, :, tail].reshape(b_common.shape[0], cells * width)).reshape(-1, cells, width)
+    total = (d_mass * ok).sum(axis=1)                       # both sides' matched mass, by construction
+    d_q = _tail_quantile(np.einsum("rcw,rc->rw", d_tail, ok.astype(float)), total, values[tail], p)
+    b_q = _tail_quantile(np.einsum("rcw,rc->rw", b_tail, scale), total, values[tail], p)
+    base_full = float(_quantile(full_b[None], values, p)[0])
+    d_full = float(_quantile(full_d[None], values, p)[0])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = d_q / b_q
     result.update({
@@ -156,6 +163,27 @@ def _matched(hist: Histogram, base: Histogram, counts: np.ndarray, w: np.ndarray
         "ratio": d_full / base_full if base_full > 0 else None, "ratio_interval": _interval(ratio),
     })
     return result
+
+
+# A replicate's p-quantile is read off the bins above the full sample's (p − TAIL)-quantile.
+TAIL = 0.15
+
+
+def _index(hist: np.ndarray, q: float) -> int:
+    """The bin of the q-quantile of one histogram."""
+    cum = np.cumsum(hist)
+    return int(min((cum < q * cum[-1]).sum(), len(hist) - 1)) if cum[-1] > 0 else 0
+
+
+def _tail_quantile(tail: np.ndarray, total: np.ndarray, values: np.ndarray, p: float) -> np.ndarray:
+    """The p quantile of each replicate from its tail bins [R, tail] and its whole mass [R]:
+    the weight below the tail counts as reached before its first bin (so a quantile that
+    would fall below the tail reads as its first bin)."""
+    below = total - tail.sum(axis=1)
+    cum = below[:, None] + np.cumsum(tail, axis=1)
+    index = (cum < (p * total)[:, None]).sum(axis=1)
+    out = values[np.minimum(index, len(values) - 1)]
+    return np.where(total > 0, out, np.nan)
 
 
 def _on_bins(counts: np.ndarray, own: np.ndarray, bins: np.ndarray) -> np.ndarray:

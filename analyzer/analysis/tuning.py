@@ -548,7 +548,8 @@ def _take_overall_k(bucket: dict[str, Any], k: int | None, min_rounds: int) -> N
                      f"{min_rounds:,}: the overall k" + (f" ({k})" if k is not None else " (none there)"))
 
 
-def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context: bool = False) -> dict[str, Any]:
+def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context: bool = False,
+              pair=None) -> dict[str, Any]:
     """The ``specan recommend`` document for one deployment (docs/commands.md).
 
     Keys: deployment_id, method, num_speculative_tokens, baseline_id,
@@ -562,6 +563,9 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
     round_ms_source {γ: "measured" | "fit" | null}, why (one line: why this k)}],
     cost_fits (``round_cost_fits`` of the deployment), notes; with ``by_context``,
     by_context (``recommend_by_context``).
+
+    ``pair``: the deployment's matched comparison (``uncertainty.MatchedPair``) when the
+    caller has it, else read from the views.
 
     Raises UnknownDeployment when ``deployment_id`` is not a clean deployment.
     """
@@ -637,20 +641,21 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
     largest = con.execute("select max(max_batch_size) from round_cells where deployment_id = ? and has_step",
                           [deployment_id]).fetchone()[0]
     doc["largest_batch_size"] = largest
-    _measured_evidence(con, deployment_id, doc["buckets"], data)
+    _measured_evidence(con, deployment_id, doc["buckets"], data, pair)
     if by_context:
         doc["by_context"] = recommend_by_context(con, doc, fits, data, largest)
     return doc
 
 
 def _measured_evidence(con: duckdb.DuckDBPyConnection, deployment_id: str, buckets_: list[dict],
-                       data: dict[str, Any]) -> None:
+                       data: dict[str, Any], pair=None) -> None:
     """Each bucket's measured speedup with its 95 % interval (the bucket's share of the matched
     comparison, analysis.uncertainty), its share of the deployment's committed tokens and the
     share of those matched with the baseline: what decide/configs.py decides a k from."""
     from . import uncertainty
 
-    pair = uncertainty.matched_pairs(con, "steps").get(deployment_id)
+    if pair is None:
+        pair = uncertainty.matched_pairs(con, "steps").get(deployment_id)
     max_blocks = con.execute("select intervals_max_blocks()").fetchone()[0]
     found = uncertainty.matched_interval(pair, max_blocks=max_blocks) if pair is not None else None
     committed = dict(con.execute("select batch_bucket, sum(num_committed_tokens) from decode_totals "
