@@ -17,7 +17,7 @@ from analyzer import api
 from analyzer.analysis.config import Config, parse_config
 from analyzer.decide.gates import blocking_checks, evaluate_gates
 from analyzer.render.gates import render_gates_markdown
-from tracebuilder import at, deployment, round_row, write_table, write_traces, request, step
+from tracebuilder import deployment, round_row, write_table, write_traces, request, step
 
 # --------------------------------------------------------------------------- builders
 
