@@ -126,11 +126,17 @@ def test_a_bug_exits_3_and_debug_prints_the_traceback(tiny, monkeypatch):
 def test_a_gate_failure_stays_exit_1_and_is_not_an_error(tiny, tmp_path):
     strict = run("validate", tiny, "--strict")
     assert strict.exit_code == 0
-    config = tmp_path / "gates.toml"
-    # a TTFT p99 above 0.001 ms blocks (the tiny trace's few requests count, with the floor at 1)
-    config.write_text("[gates.latency]\nttft_p99_ms = 0.001\n[evidence]\nmin_requests = 1\n")
-    result = run("report", tiny, "--config", config, "--check")
-    assert result.exit_code == 1 and result.stderr == ""
+    # the tiny trace with its one request not matching the reference: a match rate of 0 of 1,
+    # below 1.0, fails the correctness gate, so a is not shipped. `--check` exits 1 on it: a
+    # finding, not an error, so stderr holds its one line "deployment: action: reason" (the
+    # verdict's reason, after "Don't ship a: "), with no "Error:" and no traceback
+    failing = write_traces(tmp_path / "failing", deployments=[deployment("a")],
+                           requests=[request("a", "r1", matches_reference=False)],
+                           steps=[step("a", 1), step("a", 2)],
+                           rounds=[round_row("a", "r1", 0, 3, 2, step_id=1), round_row("a", "r1", 1, 3, 1, step_id=2)])
+    result = run("report", failing, "--check")
+    assert result.exit_code == 1
+    assert result.stderr == "a: dont_ship: match rate 0.0% < 100.0%.\n"
 
 
 # ----------------------------------------------------------------- exit 2: usage and input

@@ -2,10 +2,13 @@
 
 Every expected value is worked out by hand in the comment next to it. Latency
 percentiles use numpy's default (linear) percentile as the oracle, as
-docs/metrics.md says.
+docs/metrics.md says; what a latency check decides with is its percentile's 95 %
+interval, read off 1 % value bins (see the latency section).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from analyzer import api
 from analyzer.analysis.config import Config, parse_config
 from analyzer.decide.gates import blocking_checks, evaluate_gates
 from analyzer.render.gates import render_gates_markdown
-from tracebuilder import at, deployment, round_row, write_table, write_traces, request, step
+from tracebuilder import deployment, round_row, write_table, write_traces, request, step
 
 # --------------------------------------------------------------------------- builders
 
@@ -53,6 +56,20 @@ def gates_of(tmp_path):
     return _gates
 
 
+@pytest.fixture
+def gates_each(tmp_path):
+    """gates_each([config, ...], deployments=[...], ...) -> one {(deployment_id, gate): gate dict}
+    per config, all evaluated on one workspace of the tables."""
+
+    def _gates(configs: list[Config], **tables) -> list[dict]:
+        root = write_traces(tmp_path / "each", **tables)
+        with api.open_traces(root) as ws:
+            assert ws.con.execute("select count(*) from rejected_rows").fetchone()[0] == 0
+            return [{(g["deployment_id"], g["gate"]): g for g in evaluate_gates(ws.con, cfg)} for cfg in configs]
+
+    return _gates
+
+
 def check(gate: dict, name: str) -> dict:
     found = [c for c in gate["checks"] if c["name"] == name]
     assert len(found) == 1, gate
@@ -84,8 +101,16 @@ def test_correctness_pass_fail_unknown(gates_of):
     assert check(bad, "match_rate") == {"name": "match_rate", "value": 0.75, "threshold": 1.0,
                                         "baseline_value": None, "status": "fail", "reason": None}
     ok = g[("allok", "correctness")]
-    assert ok["status"] == "pass" and check(ok, "match_rate")["value"] == 1.0
-    assert ok["reason"] is None
+    assert check(ok, "match_rate")["status"] == "pass" and check(ok, "match_rate")["value"] == 1.0
+    # its failed share, 0 of 3 against base's 0 of 1, can't show it held: Newcombe's interval of
+    # the rise is [−z²/(1 + z²), z²/(3 + z²)] (Wilson's upper bound of 0 of n is z²/(n + z²),
+    # z² = 2.7055) = [−73.0 %, +47.4 %], across the tolerated 1 point: unknown, so is the gate
+    failed = check(ok, "failed_share")
+    assert failed["status"] == "unknown"
+    assert failed["rise_interval"] == pytest.approx([-2.7055434541 / 3.7055434541, 2.7055434541 / 5.7055434541])
+    assert ok["status"] == "unknown"
+    assert ok["reason"] == ("failed_share: the rise over base's share lies in [-73.0%, +47.4%] (90%): it can't tell "
+                            "a rise of more than 1.0% from noise")
     null = g[("allnull", "correctness")]
     assert null["status"] == "unknown"
     assert check(null, "match_rate")["value"] is None
@@ -220,6 +245,21 @@ def test_quality_unknown_cases(gates_of):
 
 # --------------------------------------------------------------------------- latency
 
+# A latency check decides by its percentile's 95 % interval (analysis/latency_intervals.py):
+# a bootstrap over blocks of time, which on these traces (fewer requests than the 256
+# blocks) is one request per block. The interval is read off value bins 1 % wide: a value
+# v falls in bin floor(100 · ln v), whose value is e^((bin + 0.5) / 100), within 0.5 % of v.
+# Where every request of a side has the same value, every resample's percentile is that
+# value's bin: the interval is one point, exact up to its bin. The bins used below:
+#   4816 ms: 100 ln = 847.97 → e^8.475 = 4,793.4      5297.6 (×1.1): 857.50 → e^8.575 = 5,297.6
+#   6260.8 (×1.3): 874.21 → e^8.745 = 6,279.2        5779.2 (×1.2): 866.20 → e^8.665 = 5,796.4
+#   58 ms: 406.04 → e^4.065 = 58.26                  63.8 (×1.1): 415.58 → e^4.155 = 63.75
+#   291.2 ms: 567.40 → e^5.675 = 291.49              436.8 (×1.5): 607.95 → e^6.075 = 434.85
+#   300 ms: 570.38 → e^5.705 = 300.37                330: 579.91 → e^5.795 = 328.65
+#   450 ms: 610.92 → e^6.105 = 448.09
+# so a ratio of two such points is e^(Δbin / 100): ×1.1 on 4816 → e^0.10 = 1.105, ×1.3 → e^0.27
+# = 1.310, ×1.2 → e^0.19 = 1.209, ×1.1 on 58 → e^0.09 = 1.094, ×1.5 on 291.2 → e^0.40 = 1.492.
+
 # (ttft ms, finish − first ms, output tokens, largest streaming gap ms)
 LATENCY = [(100.0, 200.0, 11, 50.0), (200.0, 300.0, 11, 60.0), (300.0, 400.0, 11, 70.0),
            (400.0, 500.0, 11, 80.0), (5000.0, 600.0, 11, 300.0)]
@@ -239,6 +279,48 @@ def latency_tables(dep: str = "spec") -> dict:
     return dict(deployments=[deployment(dep)], requests=reqs, steps=steps, rounds=rounds)
 
 
+def latency_rows(dep: str, values: list[tuple[float, float, float]], first_step: int = 1,
+                 together: int = 1) -> dict:
+    """A request per (ttft, tpot, max stall) in ``values``, groups of ``together`` 10 s apart
+    by arrival (a group's requests share their times, so each decodes at concurrency
+    ``together``, and their rounds share one step of that batch size; a lone request decodes
+    at concurrency 1). Each request has 51 output tokens decoded over 50 · tpot ms, and one
+    round from its first token lasting the stall: its only streaming gap."""
+    reqs, steps, rounds = [], [], []
+    plain = dep == "base"
+    for i, (ttft, tpot, stall) in enumerate(values):
+        group = i // together
+        arrival = 10_000.0 * group
+        first = arrival + ttft
+        reqs.append(request(dep, f"r{i}", arrival=arrival, first=first, finish=first + 50 * tpot,
+                            output_tokens=51, num_preemptions=0))
+        sid = first_step + group
+        if i % together == 0:
+            steps.append(step(dep, sid, stall, batch_size=together, start_ms=first))
+        rounds.append(round_row(dep, f"r{i}", 0, 0 if plain else 2, 0 if plain else 1, step_id=sid))
+    return dict(requests=reqs, steps=steps, rounds=rounds)
+
+
+# base's values: TTFT p99 4816 ms (misses 2000), TPOT p95 58 ms (meets 60), max stall p99
+# 291.2 ms (misses 250); constant over its requests
+BASE_LATENCY = (4816.0, 58.0, 291.2)
+
+
+def pair_tables(ttft_scale: float = 1.0, tpot_scale: float = 1.0, stall_scale: float = 1.0, n: int = 10) -> dict:
+    """base and spec, ``n`` lone requests each (both at concurrency 1: matched on load), every
+    request of a side with the same values: base's BASE_LATENCY, spec's scaled."""
+    ttft, tpot, stall = BASE_LATENCY
+    base = latency_rows("base", [BASE_LATENCY] * n)
+    spec = latency_rows("spec", [(ttft * ttft_scale, tpot * tpot_scale, stall * stall_scale)] * n, first_step=100)
+    return dict(deployments=[BASE, deployment("spec")],
+                **{t: base[t] + spec[t] for t in ("requests", "steps", "rounds")})
+
+
+def alone_tables(values=BASE_LATENCY, n: int = 10) -> dict:
+    """spec alone (no baseline), ``n`` lone requests with the same values."""
+    return dict(deployments=[deployment("spec")], **latency_rows("spec", [values] * n))
+
+
 def test_latency_percentiles_against_thresholds(gates_of):
     ttft = np.array([t for t, *_ in LATENCY])
     tpot = np.array([span / (n - 1) for _, span, n, _ in LATENCY])         # 20, 30, 40, 50, 60
@@ -254,30 +336,52 @@ def test_latency_percentiles_against_thresholds(gates_of):
     assert check(gate, "ttft_p99_ms")["value"] == pytest.approx(np.percentile(ttft, 99), rel=1e-9)
     assert check(gate, "tpot_p95_ms")["value"] == pytest.approx(np.percentile(tpot, 95), rel=1e-9)
     assert check(gate, "max_stall_p99_ms")["value"] == pytest.approx(np.percentile(stall, 99), rel=1e-9)
-    assert [c["status"] for c in gate["checks"]] == ["fail", "pass", "fail"]   # 4816 > 2000, 58 ≤ 60, 291.2 > 250
     assert [c["threshold"] for c in gate["checks"]] == [2000.0, 60.0, 250.0]
-    assert gate["status"] == "fail"
+    # The values are not what decides: five requests spread across each target. A p99 (or
+    # p95) of a resample of five is its largest request, and a resample leaves out the
+    # largest with probability e^-1 = 37 % and keeps it with 63 %: each interval runs from a
+    # smaller request to the largest one's bin (5000: 100 ln = 851.72 → e^8.515 = 4,989.0;
+    # 60: 409.43 → e^4.095 = 60.04; 300: e^5.705 = 300.37), across the target, so none of
+    # them decides
+    assert [c["status"] for c in gate["checks"]] == ["unknown"] * 3
+    for c, target, top in zip(gate["checks"], (2000, 60, 250), (4989.05, 60.039, 300.37)):
+        assert c["interval"][0] <= target < c["interval"][1] == pytest.approx(top, rel=1e-3)
+        assert c["reason"].startswith("its 95% interval [") and c["reason"].endswith(f"includes the target ({target:,} ms)")
+    assert gate["status"] == "unknown"
 
-    loose = config("[gates.latency]\nttft_p99_ms = 5000\nmax_stall_p99_ms = 300")
-    gate = gates_of(loose, **latency_tables())[("spec", "latency")]
-    assert gate["status"] == "pass" and gate["reason"] is None
-    tight = config("[gates.latency]\nttft_p99_ms = 5000\nmax_stall_p99_ms = 300\ntpot_p95_ms = 57.9")
-    gate = gates_of(tight, **latency_tables())[("spec", "latency")]
+    # ten requests, each with base's values: each interval is the value's bin alone, and with
+    # no baseline the target alone decides: 4,793 > 2000 fails, 58.26 ≤ 60 passes, 291.5 > 250
+    # fails
+    tables = alone_tables()
+    gate = gates_of(**tables)[("spec", "latency")]
+    assert [c["value"] for c in gate["checks"]] == pytest.approx([4816.0, 58.0, 291.2])
+    assert [c["interval"] for c in gate["checks"]] == [pytest.approx([4793.42, 4793.42], rel=1e-5),
+                                                       pytest.approx([58.265, 58.265], rel=1e-4),
+                                                       pytest.approx([291.49, 291.49], rel=1e-4)]
+    assert [c["status"] for c in gate["checks"]] == ["fail", "pass", "fail"]
     assert gate["status"] == "fail"
-    assert [c["status"] for c in gate["checks"]] == ["pass", "fail", "pass"]
+    loose = config("[gates.latency]\nttft_p99_ms = 5000\nmax_stall_p99_ms = 300")
+    gate = gates_of(loose, **tables)[("spec", "latency")]
+    assert gate["status"] == "pass" and gate["reason"] is None
+    # inclusive: a target equal to the TPOT's bin, e^4.065 = 58.265, passes; 57.5, below the
+    # value and its bin, fails
+    for target, status in ((math.exp(4.065), "pass"), (57.5, "fail")):
+        tight = config(f"[gates.latency]\nttft_p99_ms = 5000\nmax_stall_p99_ms = 300\ntpot_p95_ms = {target!r}")
+        gate = gates_of(tight, **tables)[("spec", "latency")]
+        assert [c["status"] for c in gate["checks"]] == ["pass", status, "pass"]
 
 
 def test_one_pass_and_one_unknown_check_make_an_unknown_gate(gates_of):
     # without the steps table no streaming gap has a time: max_stall is unknown, while
-    # ttft and tpot pass. The gate is unknown, not pass.
-    tables = latency_tables()
+    # ttft (4,793 ≤ 5000) and tpot (58.26 ≤ 60) pass. The gate is unknown, not pass.
+    tables = alone_tables()
     del tables["steps"]
     loose = config("[gates.latency]\nttft_p99_ms = 5000")
     gate = gates_of(loose, **tables)[("spec", "latency")]
     assert [c["status"] for c in gate["checks"]] == ["pass", "pass", "unknown"]
     assert gate["status"] == "unknown"
     assert gate["reason"] == "max_stall_p99_ms: the steps table is absent, so streaming gaps have no times"
-    # ... but a failing check still makes the gate fail
+    # ... but a failing check still makes the gate fail (4,793 > 2000, no baseline)
     gate = gates_of(**tables)[("spec", "latency")]
     assert [c["status"] for c in gate["checks"]] == ["fail", "pass", "unknown"]
     assert gate["status"] == "fail"
@@ -296,76 +400,116 @@ def test_latency_unknown_without_first_token_times(gates_of):
     assert all(c["reason"] == "the requests table is absent" for c in gate["checks"])
 
 
-def latency_rows(dep: str, ttft_scale: float = 1.0, span_scale: float = 1.0, gap_scale: float = 1.0,
-                 first_step: int = 1) -> dict:
-    """LATENCY with each metric scaled: ttft, tpot (through finish − first) and max_stall scale exactly."""
-    reqs, steps, rounds = [], [], []
-    for i, (ttft, span, n, gap) in enumerate(LATENCY):
-        arrival = 10_000.0 * i
-        first = arrival + ttft * ttft_scale
-        reqs.append(request(dep, f"r{i}", arrival=arrival, first=first, finish=first + span * span_scale,
-                            output_tokens=n, num_preemptions=0))
-        steps.append(step(dep, first_step + i, gap * gap_scale, start_ms=first))
-        rounds.append(round_row(dep, f"r{i}", 0, 0 if dep == "base" else 2, 0 if dep == "base" else 1,
-                                step_id=first_step + i))
-    return dict(requests=reqs, steps=steps, rounds=rounds)
-
-
-def pair_tables(**spec_scales) -> dict:
-    base, spec = latency_rows("base"), latency_rows("spec", first_step=100, **spec_scales)
-    return dict(deployments=[BASE, deployment("spec")],
-                **{t: base[t] + spec[t] for t in ("requests", "steps", "rounds")})
-
-
-def test_latency_is_compared_with_the_baseline(gates_of):
-    # baseline: ttft p99 4816 (> 2000), tpot p95 58 (≤ 60), max_stall p99 291.2 (> 250)
-    g = gates_of(**pair_tables(ttft_scale=1.1, span_scale=1.1, gap_scale=1.5))
+def test_latency_is_compared_with_the_baseline_at_the_same_load(gates_of):
+    # ten lone requests a side (both at concurrency 1: every request matched). base: TTFT
+    # 4816 (> 2000), TPOT 58 (≤ 60), stall 291.2 (> 250); spec: TTFT and TPOT ×1.1, stall ×1.5
+    g = gates_of(**pair_tables(ttft_scale=1.1, tpot_scale=1.1, stall_scale=1.5))
     base = g[("base", "latency")]
+    # the baseline is judged on its targets alone
     assert [(c["status"], c["baseline_value"]) for c in base["checks"]] == [("fail", None), ("pass", None),
                                                                             ("fail", None)]
     spec = g[("spec", "latency")]
     ttft, tpot, stall = (check(spec, n) for n in ("ttft_p99_ms", "tpot_p95_ms", "max_stall_p99_ms"))
-    # 5297.6 vs 4816: both miss 2000, +10% is within 25%: the service level, shared
-    assert ttft["value"] == pytest.approx(4816 * 1.1) and ttft["baseline_value"] == pytest.approx(4816)
-    assert ttft["worsening"] == pytest.approx(0.1) and ttft["max_worsening"] == 0.25
-    assert ttft["status"] == "shared" and ttft["reason"].startswith("the baseline misses it too (+10%, within 25%)")
-    # 63.8 vs 58: +10% is within the tolerance, but it misses the 60 ms that the baseline meets
+    assert all(c["matched_share"] == 1.0 and (c["n"], c["baseline_n"]) == (10, 10) for c in (ttft, tpot, stall))
+    # TTFT 5297.6 vs 4816 (bins 5,297.6 and 4,793.4): both past 2000, the ratio e^0.10 = 1.105
+    # within 1 + 25 %: the service level, shared
+    assert ttft["value"] == pytest.approx(4816 * 1.1) and ttft["baseline_value"] == pytest.approx(4793.42, rel=1e-5)
+    assert ttft["baseline_interval"] == pytest.approx([4793.42, 4793.42], rel=1e-5)
+    assert ttft["ratio"] == pytest.approx(math.exp(0.10)) and ttft["ratio_interval"] == pytest.approx([math.exp(0.10)] * 2)
+    assert ttft["worsening"] == pytest.approx(math.exp(0.10) - 1) and ttft["max_worsening"] == 0.25
+    assert ttft["status"] == "shared"
+    assert ttft["reason"] == ("base misses it too at the same load (4,793 ms, [4,793, 4,793] ms), within 25%: "
+                              "the service level, not speculation")
+    # TPOT 63.8 (bin 63.75 > 60) vs 58 (bin 58.26 ≤ 60): it misses the target base meets at the
+    # same load, though +10 % is within the tolerance
     assert tpot["value"] == pytest.approx(63.8) and tpot["status"] == "fail"
-    assert tpot["reason"] == "misses the threshold that the baseline meets"
-    # 436.8 vs 291.2: +50%, speculation's own doing
+    assert tpot["reason"] == "misses the target, which base meets at the same load (58 ms, [58, 58] ms)"
+    # stall 436.8 vs 291.2: both past 250, the ratio e^0.40 = 1.49 beyond 1 + 25 %
     assert stall["value"] == pytest.approx(436.8) and stall["status"] == "fail"
-    assert stall["reason"] == "+50% on the baseline's value (tolerance 25%): speculation's own doing"
+    assert stall["ratio_interval"] == pytest.approx([math.exp(0.40)] * 2)
+    assert stall["reason"] == "1.49× base's at the same load ([1.49, 1.49]), beyond the tolerance of 25%"
     assert spec["status"] == "fail"
     assert [c["name"] for c in blocking_checks(list(g.values()), "spec")] == ["tpot_p95_ms", "max_stall_p99_ms"]
 
 
-def test_a_worsening_beyond_the_tolerance_blocks_within_the_threshold(gates_of):
+def test_a_worsening_inside_the_target_is_a_finding_not_a_block(gates_of):
+    # Targets of 10 s, 100 ms and 1 s: every value is inside them. spec's TTFT ×1.3: 6260.8
+    # (bin 6,279) against 4816 (bin 4,793), the ratio e^0.27 = 1.31 past 1 + 25 %: it passes
+    # (a value inside its target passes whatever its ratio), and the rise is a finding
     loose = config("[gates.latency]\nttft_p99_ms = 10000\ntpot_p95_ms = 100\nmax_stall_p99_ms = 1000")
     g = gates_of(loose, **pair_tables(ttft_scale=1.3))
-    # 6260.8 ≤ 10000, but +30% on the baseline's 4816
     ttft = check(g[("spec", "latency")], "ttft_p99_ms")
-    assert ttft["value"] == pytest.approx(6260.8) and ttft["status"] == "fail"
-    # +25% exactly is within the tolerance (inclusive)
-    g = gates_of(loose, **pair_tables(ttft_scale=1.25))
-    assert check(g[("spec", "latency")], "ttft_p99_ms")["status"] == "pass"
+    assert ttft["value"] == pytest.approx(6260.8) and ttft["status"] == "pass" and ttft["reason"] is None
+    assert ttft["ratio_interval"] == pytest.approx([math.exp(0.27)] * 2)
+    assert ttft["finding"] == "131% of base's at the same load ([1.31, 1.31] as a ratio), inside the target"
+    assert g[("spec", "latency")]["status"] == "pass"
+    assert blocking_checks(list(g.values()), "spec") == []
+    # ×1.2: the ratio e^0.19 = 1.209 lies within the tolerance: no finding either
+    g = gates_of(loose, **pair_tables(ttft_scale=1.2))
+    ttft = check(g[("spec", "latency")], "ttft_p99_ms")
+    assert (ttft["status"], ttft["finding"]) == ("pass", None)
+    assert ttft["ratio"] == pytest.approx(math.exp(0.19))
 
 
 def test_the_tolerance_per_check(gates_of):
-    # max_stall +50%: blocks at the default 25%; shared at 60% (both miss 250 ms)
+    # the stall ×1.5 (ratio e^0.40 = 1.49), both sides past 250: it blocks at the default 25 %,
+    # and is shared at 60 % (1.49 ≤ 1.6)
     own = config("[gates.latency]\nmax_stall_p99_ms_max_worsening = 0.6")
-    g = gates_of(own, **pair_tables(gap_scale=1.5))
+    g = gates_of(own, **pair_tables(stall_scale=1.5))
     stall = check(g[("spec", "latency")], "max_stall_p99_ms")
     assert (stall["status"], stall["max_worsening"]) == ("shared", 0.6)
     assert check(g[("spec", "latency")], "ttft_p99_ms")["max_worsening"] == 0.25
+    # TTFT ×1.1 (ratio e^0.10 = 1.105), both past 2000: beyond a tolerance of 5 % everywhere
     everywhere = config("[gates.latency]\nmax_worsening = 0.05")
     g = gates_of(everywhere, **pair_tables(ttft_scale=1.1))
-    assert check(g[("spec", "latency")], "ttft_p99_ms")["status"] == "fail"     # +10% > 5%
+    ttft = check(g[("spec", "latency")], "ttft_p99_ms")
+    assert (ttft["status"], ttft["max_worsening"]) == ("fail", 0.05)
+    assert ttft["reason"] == "1.11× base's at the same load ([1.11, 1.11]), beyond the tolerance of 5%"
 
 
 def test_without_a_baseline_value_only_the_threshold_decides(gates_of):
-    g = gates_of(**latency_tables())
+    # spec alone, TTFT 4816 in each of ten requests: its interval (the bin, 4,793) lies past
+    # 2000, and there is nothing to compare it with
+    g = gates_of(**alone_tables())
     ttft = check(g[("spec", "latency")], "ttft_p99_ms")
-    assert (ttft["status"], ttft["baseline_value"], ttft["worsening"]) == ("fail", None, None)
+    assert (ttft["status"], ttft["baseline_value"], ttft["worsening"], ttft["ratio"]) == ("fail", None, None, None)
+    assert ttft["reason"] == "misses the target; no matched baseline to compare with"
+
+
+def test_a_miss_decides_only_at_the_same_load_and_by_its_interval(gates_of):
+    # base: ten lone requests (concurrency 1), TTFT 1000, TPOT 20, stall 300 (past 250).
+    # "busy": twelve requests in three groups of four sharing their times (concurrency 4),
+    #   stall 400: past 250, but base never ran at 4: not matched on load, unknown.
+    # "spread": twenty lone requests, nineteen with a 330 ms stall and one with 450: its p99
+    #   is 450 when a resample holds that request (63 %) and 330 when not (37 %), so its
+    #   interval is [328.65, 448.09] (the bins), past 250; base misses it too ([300.37]
+    #   alone), and the ratio's interval [e^0.09, e^0.40] = [1.09, 1.49] straddles 1.25:
+    #   it can't tell speculation's share from the service level's: unknown.
+    # Their TTFT and TPOT lie inside the targets: they pass, matched or not.
+    base = latency_rows("base", [(1000.0, 20.0, 300.0)] * 10)
+    busy = latency_rows("busy", [(1000.0, 20.0, 400.0)] * 12, first_step=100, together=4)
+    spread = latency_rows("spread", [(1000.0, 20.0, 450.0 if i == 10 else 330.0) for i in range(20)],
+                          first_step=200)
+    g = gates_of(deployments=[BASE, deployment("busy"), deployment("spread")],
+                 **{t: base[t] + busy[t] + spread[t] for t in ("requests", "steps", "rounds")})
+    stall = check(g[("busy", "latency")], "max_stall_p99_ms")
+    assert stall["interval"] == pytest.approx([401.42, 401.42], rel=1e-4)       # 400: 599.15 → e^5.995
+    assert (stall["matched_share"], stall["baseline_value"], stall["load"], stall["baseline_load"]) == (
+        0.0, None, 4.0, 1.0)
+    assert stall["status"] == "unknown"
+    assert stall["reason"] == ("misses the target, but not matched on load: it ran at concurrency 4 and base at 1 "
+                               "(medians; 0% of its requests at loads both ran); the baseline's value at another "
+                               "load says nothing about speculation")
+    assert [c["status"] for c in g[("busy", "latency")]["checks"]] == ["pass", "pass", "unknown"]
+    stall = check(g[("spread", "latency")], "max_stall_p99_ms")
+    # the value: numpy's p99 of the twenty, 330 + 0.81 · 120 = 427.2
+    assert stall["value"] == pytest.approx(427.2)
+    assert stall["interval"] == pytest.approx([328.652, 448.093], rel=1e-5)
+    assert stall["ratio_interval"] == pytest.approx([math.exp(0.09), math.exp(0.40)])
+    assert stall["status"] == "unknown"
+    assert stall["reason"] == ("misses the target; at the same load base gives 300 ms ([300, 300] ms) and the ratio "
+                               "[1.09, 1.49] can't tell speculation's share from the service level's")
+    assert blocking_checks(list(g.values()), "busy") == blocking_checks(list(g.values()), "spread") == []
 
 
 def failed(dep: str, n: int, errors: int, aborts: int = 0) -> list[dict]:
@@ -373,28 +517,53 @@ def failed(dep: str, n: int, errors: int, aborts: int = 0) -> list[dict]:
     return [request(dep, f"r{i}", finish_reason=reasons[i] if i < len(reasons) else "stop") for i in range(n)]
 
 
-def test_failed_requests_against_the_baseline(gates_of):
-    g = gates_of(
-        deployments=[BASE, deployment("same"), deployment("more"), deployment("edge"), deployment("alone",
-                                                                                                   baseline_id="x")],
-        # base 1 of 20 failed: 5%
-        requests=[*failed("base", 20, 1), *failed("same", 20, 0, 1), *failed("more", 20, 1, 1),
-                  *failed("edge", 100, 4, 2), *failed("alone", 10, 5)],
+# Newcombe's interval of a rise p1 − p2 (gates.share_difference) from Wilson score bounds at
+# z = 1.6449 (z² = 2.7055), each one-sided 95 %. For 0 of n the Wilson bounds are 0 and
+# z² / (n + z²): 0 of 300 → 2.7055 / 302.7055 = 0.8938 %.
+Z2 = 2.705543454095413
+
+
+def test_failed_requests_against_the_baseline(gates_of, gates_each):
+    tables = dict(
+        deployments=[BASE, deployment("same"), deployment("more"), deployment("few"),
+                     deployment("alone", baseline_id="x")],
+        # base: 0 of 300 failed
+        requests=[*failed("base", 300, 0), *failed("same", 300, 0), *failed("more", 300, 10, 5),
+                  *failed("few", 20, 0), *failed("alone", 10, 5)],
         rounds=[round_row("base", "r0", 0, 0, 0)],
     )
+    g = gates_of(**tables)
+    # same: 0 of 300 against 0 of 300: the rise lies in [−0.894 %, +0.894 %]: at most 1 point
+    # (the tolerance, now the check's threshold) by its upper bound: pass
     same = check(g[("same", "correctness")], "failed_share")
-    assert (same["value"], same["baseline_value"], same["status"]) == (0.05, 0.05, "pass")
-    assert same["threshold"] == pytest.approx(0.06)
-    # 2 of 20 = 10% > 5% + 1 point
+    assert (same["value"], same["baseline_value"], same["threshold"], same["status"]) == (0.0, 0.0, 0.01, "pass")
+    assert (same["rise"], same["n"], same["baseline_n"]) == (0.0, 300, 300)
+    assert same["rise_interval"] == pytest.approx([-Z2 / (300 + Z2), Z2 / (300 + Z2)], rel=1e-12)
+    # more: 15 of 300 (10 errors, 5 aborts) = 5 %. Wilson at 15/300: centre (0.05 + Z2/600) /
+    # (1 + Z2/300) = 0.054014, half z·√(0.05·0.95/300 + Z2/360000) / (1 + Z2/300) = 0.020985:
+    # lower 0.033029. Rise's lower bound 0.05 − √(0.016971² + 0.008938²) = 0.030819 > 1 %: fail
     more = check(g[("more", "correctness")], "failed_share")
-    assert (more["value"], more["status"]) == (0.1, "fail")
-    # 6 of 100 = 6%: exactly one point above, inclusive
-    assert check(g[("edge", "correctness")], "failed_share")["status"] == "pass"
+    assert (more["value"], more["rise"], more["status"]) == (0.05, 0.05, "fail")
+    assert more["rise_interval"][0] == pytest.approx(0.030819, abs=1e-6)
+    assert more["reason"] == "the share rose by 3.1% at least (one-sided 95%), more than 1.0%"
+    # few: 0 of 20 against base's 0 of 300: the rise lies in [−0.894 %, +z² / (20 + z²)] =
+    # [−0.9 %, +11.9 %], across 1 point: 20 requests can't show the share held: unknown
+    few = check(g[("few", "correctness")], "failed_share")
+    assert few["status"] == "unknown"
+    assert few["rise_interval"] == pytest.approx([-Z2 / (300 + Z2), Z2 / (20 + Z2)], rel=1e-12)
+    assert few["reason"] == ("the rise over base's share lies in [-0.9%, +11.9%] (90%): it can't tell a rise of more "
+                             "than 1.0% from noise")
     alone = check(g[("alone", "correctness")], "failed_share")
     assert alone["status"] == "unknown" and alone["reason"].startswith("no matched baseline")
-    assert gates_of(config("[gates.correctness]\nmax_failed_share_rise = 0.05"), **dict(
-        deployments=[BASE, deployment("more")], requests=[*failed("base", 20, 1), *failed("more", 20, 1, 1)],
-        rounds=[round_row("base", "r0", 0, 0, 0)]))[("more", "correctness")]["checks"][1]["status"] == "pass"
+    # the tolerance from the config: 0.8 % is below same's upper bound 0.894 %: unknown; a
+    # tolerance equal to it passes (inclusive); more's lower bound 3.08 % is within 4 %: unknown
+    tolerances = (0.008, Z2 / (300 + Z2), 0.04)
+    found = gates_each([config(f"[gates.correctness]\nmax_failed_share_rise = {rise!r}") for rise in tolerances],
+                       **tables)
+    assert [check(g[("same", "correctness")], "failed_share")["status"] for g in found] == [
+        "unknown", "pass", "pass"]
+    assert [check(g[("more", "correctness")], "failed_share")["status"] for g in found] == [
+        "fail", "fail", "unknown"]
 
 
 # --------------------------------------------------------------------------- capacity
@@ -520,16 +689,22 @@ def test_order_and_shape(tmp_path):
         assert set(g) == {"deployment_id", "gate", "status", "reason", "checks"}
         assert g["status"] in ("pass", "fail", "shared", "unknown")
         for c in g["checks"]:
-            extra = {"latency": {"n", "baseline_n"} | ({"worsening", "max_worsening"} if g["deployment_id"] != "base"
-                                                       else set()),
+            # each check carries the same keys whatever its status (null where unknown)
+            latency = {"n", "interval", "baseline_n", "baseline_interval", "ratio", "ratio_interval",
+                       "matched_share", "load", "baseline_load", "finding"}
+            extra = {"latency": latency | ({"worsening", "max_worsening"} if g["deployment_id"] != "base" else set()),
+                     "correctness": {"rise", "rise_interval", "n", "baseline_n"} if c["name"] == "failed_share"
+                     else set(),
                      "capacity": {"basis", "interval", "coverage", "min_coverage"} if c["name"] == "speedup"
                      else set()}.get(g["gate"], set())
-            assert set(c) == {"name", "value", "threshold", "baseline_value", "status", "reason"} | extra
+            assert set(c) == {"name", "value", "threshold", "baseline_value", "status", "reason"} | extra, c
             assert c["status"] in ("pass", "fail", "shared", "unknown")
             if c["status"] == "unknown":
                 assert c["reason"]
-    # spec's preemptions (0.25 > 0.05) block it; its stalls (11 ms: first token at 10 ms, rounds ending
-    # at 21 and 32 ms) are shorter than its baseline's
+    # spec's preemptions (0.25 > 0.05) block it; its latency and failed share rest on its 4
+    # requests (10 needed, the default [evidence] min_requests): unknown, blocking nothing
+    assert {c["status"] for g in result if g["deployment_id"] == "spec" and g["gate"] == "latency"
+            for c in g["checks"]} == {"unknown"}
     assert [c["name"] for c in blocking_checks(result, "spec")] == ["preemptions_per_request"]
     assert blocking_checks(result, "zeta") == []
 
@@ -573,13 +748,16 @@ def test_render_gates_markdown(gates_of):
     assert "| deployment | correctness | quality | latency | capacity |" in text
     # the baseline: correctness and quality not applied
     assert "| base | – | – | " in text
-    # spec: correctness PASS, quality UNKNOWN (no quality_score), capacity FAIL
-    assert "| spec | PASS | UNKNOWN | " in text and text.rstrip().count("FAIL") >= 2
+    # spec: correctness UNKNOWN (its match rate passes, but its failed share, 0 of 4 against 0 of
+    # 10, can't show a rise within 1 point: Newcombe's upper bound is z²/(4 + z²) = 40 %),
+    # quality UNKNOWN (no quality_score), capacity FAIL
+    assert "| spec | UNKNOWN | UNKNOWN | " in text and text.rstrip().count("FAIL") >= 2
     assert "| spec | capacity | preemptions_per_request | 0.250 | – | ≤ 0.050 | FAIL |" in text
     assert ("| spec | quality | quality_drop | – | – | ≤ 0.0100 | UNKNOWN | "
             "quality_score is absent from every requests file |") in text
+    assert "| spec | correctness | failed_share |" in text
     # passing checks have no detail rows, whatever their gate: the table shows what its title says
-    assert "| spec | correctness |" not in text
+    assert "| spec | correctness | match_rate |" not in text
     assert "PASS |" not in text.split("Checks that fail")[1]
     assert render_gates_markdown([]) == ""
 
@@ -587,7 +765,7 @@ def test_render_gates_markdown(gates_of):
 def test_few_requests_decide_nothing(gates_of):
     # 5 requests a side: with the default floor (10) a p99 of 5 values is their maximum, no service
     # level, and a failed share of 5 requests moves by 20 points per request: unknown, never blocking
-    g = gates_of(Config(), **pair_tables(gap_scale=1.5))
+    g = gates_of(Config(), **pair_tables(stall_scale=1.5, n=5))
     spec = g[("spec", "latency")]
     assert [c["status"] for c in spec["checks"]] == ["unknown"] * 3
     assert check(spec, "max_stall_p99_ms")["reason"] == "a percentile of 5 requests (10 needed, [evidence] min_requests)"
@@ -597,6 +775,7 @@ def test_few_requests_decide_nothing(gates_of):
     assert blocking_checks(list(g.values()), "spec") == []
     # the baseline's own checks too
     assert {c["status"] for c in g[("base", "latency")]["checks"]} == {"unknown"}
-    # a floor of 5 lets them decide: the stall is +50%
-    g = gates_of(config("[evidence]\nmin_requests = 5"), **pair_tables(gap_scale=1.5))
+    # a floor of 5 lets them decide: both stalls past 250 (bins 434.85 and 291.49), the ratio
+    # e^0.40 = 1.49 beyond 1 + 25 %
+    g = gates_of(config("[evidence]\nmin_requests = 5"), **pair_tables(stall_scale=1.5, n=5))
     assert check(g[("spec", "latency")], "max_stall_p99_ms")["status"] == "fail"

@@ -350,6 +350,7 @@ def _correctness(row: dict, config: Config, present: _Presence, baseline: bool) 
     rise = config.gates.correctness.max_failed_share_rise
     check = _check("failed_share", row["failed_share"] if known else None, config, failed_reason,
                    threshold=rise, baseline_value=row["baseline_failed_share"] if known else None)
+    check.update(rise=None, rise_interval=None, n=row["num_requests"], baseline_n=row["baseline_num_requests"])
     if known:
         lo, hi = share_difference(row["failed_requests"], row["num_requests"], row["baseline_failed_requests"],
                                   row["baseline_num_requests"])
