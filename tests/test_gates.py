@@ -517,10 +517,15 @@ def failed(dep: str, n: int, errors: int, aborts: int = 0) -> list[dict]:
     return [request(dep, f"r{i}", finish_reason=reasons[i] if i < len(reasons) else "stop") for i in range(n)]
 
 
-# Newcombe's interval of a rise p1 − p2 (gates.share_difference) from Wilson score bounds at
-# z = 1.6449 (z² = 2.7055), each one-sided 95 %. For 0 of n the Wilson bounds are 0 and
-# z² / (n + z²): 0 of 300 → 2.7055 / 302.7055 = 0.8938 %.
-Z2 = 2.705543454095413
+# The rise p1 − p2 (gates.share_difference): Newcombe's square-and-add of each share's exact
+# Clopper–Pearson bounds, each one-sided 95 %. For 0 of n the upper bound is the p with
+# (1 − p)^n = 0.05: 1 − 0.05^(1/n); 0 of 300 → 0.99361 %.
+U300 = 1 - 0.05 ** (1 / 300)
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p), summed term by term: the oracle of a Clopper–Pearson bound."""
+    return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
 
 
 def test_failed_requests_against_the_baseline(gates_of, gates_each):
@@ -533,31 +538,33 @@ def test_failed_requests_against_the_baseline(gates_of, gates_each):
         rounds=[round_row("base", "r0", 0, 0, 0)],
     )
     g = gates_of(**tables)
-    # same: 0 of 300 against 0 of 300: the rise lies in [−0.894 %, +0.894 %]: at most 1 point
+    # same: 0 of 300 against 0 of 300: the rise lies in [−0.994 %, +0.994 %]: at most 1 point
     # (the tolerance, now the check's threshold) by its upper bound: pass
     same = check(g[("same", "correctness")], "failed_share")
     assert (same["value"], same["baseline_value"], same["threshold"], same["status"]) == (0.0, 0.0, 0.01, "pass")
     assert (same["rise"], same["n"], same["baseline_n"]) == (0.0, 300, 300)
-    assert same["rise_interval"] == pytest.approx([-Z2 / (300 + Z2), Z2 / (300 + Z2)], rel=1e-12)
-    # more: 15 of 300 (10 errors, 5 aborts) = 5 %. Wilson at 15/300: centre (0.05 + Z2/600) /
-    # (1 + Z2/300) = 0.054014, half z·√(0.05·0.95/300 + Z2/360000) / (1 + Z2/300) = 0.020985:
-    # lower 0.033029. Rise's lower bound 0.05 − √(0.016971² + 0.008938²) = 0.030819 > 1 %: fail
+    assert same["rise_interval"] == pytest.approx([-U300, U300], rel=1e-9)
+    # more: 15 of 300 (10 errors, 5 aborts) = 5 %. Its exact lower bound l is the p at which 15 or
+    # more of 300 happen with probability 0.05 (0.031070); the rise's lower bound
+    # 0.05 − √((0.05 − l)² + U300²) = 0.028621 > 1 %: fail
     more = check(g[("more", "correctness")], "failed_share")
     assert (more["value"], more["rise"], more["status"]) == (0.05, 0.05, "fail")
-    assert more["rise_interval"][0] == pytest.approx(0.030819, abs=1e-6)
-    assert more["reason"] == "the share rose by 3.1% at least (one-sided 95%), more than 1.0%"
-    # few: 0 of 20 against base's 0 of 300: the rise lies in [−0.894 %, +z² / (20 + z²)] =
-    # [−0.9 %, +11.9 %], across 1 point: 20 requests can't show the share held: unknown
+    lower = 0.05 - ((0.05 - 0.031070) ** 2 + U300 ** 2) ** 0.5
+    assert more["rise_interval"][0] == pytest.approx(lower, abs=2e-6)
+    assert binomial_tail(15, 300, 0.031070) == pytest.approx(0.05, abs=2e-4)     # l is that p
+    assert more["reason"] == "the share rose by 2.9% at least (one-sided 95%), more than 1.0%"
+    # few: 0 of 20 against base's 0 of 300: the rise lies in [−0.99 %, 1 − 0.05^(1/20)] =
+    # [−1.0 %, +13.9 %], across 1 point: 20 requests can't show the share held: unknown
     few = check(g[("few", "correctness")], "failed_share")
     assert few["status"] == "unknown"
-    assert few["rise_interval"] == pytest.approx([-Z2 / (300 + Z2), Z2 / (20 + Z2)], rel=1e-12)
-    assert few["reason"] == ("the rise over base's share lies in [-0.9%, +11.9%] (90%): it can't tell a rise of more "
+    assert few["rise_interval"] == pytest.approx([-U300, 1 - 0.05 ** (1 / 20)], rel=1e-9)
+    assert few["reason"] == ("the rise over base's share lies in [-1.0%, +13.9%] (90%): it can't tell a rise of more "
                              "than 1.0% from noise")
     alone = check(g[("alone", "correctness")], "failed_share")
     assert alone["status"] == "unknown" and alone["reason"].startswith("no matched baseline")
-    # the tolerance from the config: 0.8 % is below same's upper bound 0.894 %: unknown; a
-    # tolerance equal to it passes (inclusive); more's lower bound 3.08 % is within 4 %: unknown
-    tolerances = (0.008, Z2 / (300 + Z2), 0.04)
+    # the tolerance from the config: 0.8 % is below same's upper bound 0.994 %: unknown; a
+    # tolerance equal to it passes (inclusive); more's lower bound 2.86 % is within 4 %: unknown
+    tolerances = (0.008, U300, 0.04)
     found = gates_each([config(f"[gates.correctness]\nmax_failed_share_rise = {rise!r}") for rise in tolerances],
                        **tables)
     assert [check(g[("same", "correctness")], "failed_share")["status"] for g in found] == [

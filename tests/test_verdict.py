@@ -198,7 +198,7 @@ def test_ship_cap_as_configured_and_not_checked():
     assert (v["ship"]["action"], v["ship"]["text"]) == ("ship", (
         "Ship ship with `\"num_speculative_tokens_per_batch_size\": [[1, 8, 5], [9, 128, 3]]`: 1.30× [1.27, 1.33] "
         "the throughput of base at the same batch sizes, on 90% of its tokens (600 requests). Not matched on context: "
-        "the rounds have no context_len. Not checked: match rate (missing)."))
+        "the rounds have no context_len. Undecided: match rate (missing)."))
     assert v["ship"]["not_checked"] == ["match_rate"] and v["ship"]["matched_on"] == ["load"]
     assert (v["asis"]["action"], v["asis"]["config"]) == ("ship", None)
     assert v["asis"]["text"] == ("Ship asis as configured (num_speculative_tokens 4): 1.2× [1.1, 1.3] the "

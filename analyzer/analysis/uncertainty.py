@@ -127,6 +127,27 @@ def _betacf(a: float, b: float, x: float) -> float:
     return h
 
 
+def beta_quantile(q: float, a: float, b: float) -> float:
+    """The q quantile of the Beta(a, b) distribution, by bisection on its distribution
+    function (``_betainc``) to about 1e-15."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if _betainc(a, b, mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def clopper_pearson(x: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) bounds of the share x / n, each one-sided 1 − alpha: the
+    share whose binomial would make x or more (fewer) events as rare as alpha."""
+    lo = 0.0 if x == 0 else beta_quantile(alpha, x, n - x + 1)
+    hi = 1.0 if x == n else beta_quantile(1 - alpha, x + 1, n - x)
+    return lo, hi
+
+
 def normal_quantile(p: float) -> float:
     """The standard normal p quantile (Acklam's rational approximation, refined by one
     Halley step on math.erfc: exact to about 1e-15)."""

@@ -74,6 +74,7 @@ import duckdb
 
 from ..analysis.config import Config
 from ..analysis.latency_intervals import histograms, percentile_intervals
+from ..analysis.uncertainty import clopper_pearson
 
 GATES = ("correctness", "quality", "latency", "capacity")
 BASELINE_GATES = ("latency", "capacity")
@@ -219,7 +220,11 @@ def _latency_check(name: str, row: dict, config: Config, reason: str | None, bas
     value, n = row[name], row[f"{metric}_n"]
     info = (row.get("latency") or {}).get(name) or {}
     check = _check(name, value, config, reason)
-    check.update(n=n, interval=info.get("interval"), baseline_n=None if baseline else row[f"baseline_{metric}_n"],
+    interval = info.get("interval")
+    if interval and value is not None:
+        # the exact percentile lies in its own interval, whatever the bins say
+        interval = [min(interval[0], float(value)), max(interval[1], float(value))]
+    check.update(n=n, interval=interval, baseline_n=None if baseline else row[f"baseline_{metric}_n"],
                  baseline_interval=info.get("baseline_matched_interval"), ratio=info.get("ratio"),
                  ratio_interval=info.get("ratio_interval"), matched_share=info.get("matched_share"),
                  load=row.get("load"), baseline_load=None if baseline else row.get("baseline_load"),
@@ -367,27 +372,21 @@ def _correctness(row: dict, config: Config, present: _Presence, baseline: bool) 
     return checks
 
 
-Z95_ONE_SIDED = 1.6448536269514722
+def share_difference(x1: int, n1: int, x2: int, n2: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Bounds of the rise p1 − p2 of two shares, each one-sided 1 − alpha: Newcombe's
+    square-and-add (MOVER) combination of each share's exact Clopper–Pearson bounds,
 
+        lower = p1 − p2 − √((p1 − l1)² + (u2 − p2)²),  upper = p1 − p2 + √((u1 − p1)² + (p2 − l2)²),
 
-def share_difference(x1: int, n1: int, x2: int, n2: int, z: float = Z95_ONE_SIDED) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (his method 10) for p1 − p2, from the Wilson score
-    intervals of each share at ``z``: with the default z each bound is one-sided 95 %, so a
-    lower bound above a tolerance shows a rise beyond it at 95 %. It holds its level where
-    the normal approximation does not (0 of 12 failed: the Wilson upper bound is 18 %)."""
-    l1, u1 = wilson(x1, n1, z)
-    l2, u2 = wilson(x2, n2, z)
+    so a lower bound above a tolerance shows a rise beyond it at 95 %. Exact bounds, not
+    Wilson's: at a true rise of exactly the tolerance, 1 failed of 20 against 0 of 300 is
+    blocked in 1.7 % of draws with them and in 18.8 % with Wilson's score bounds, whose
+    lower bound at one or two events is too high; at 2,000 requests a side both block in
+    about 4.5-5 % (docs/commands.md, "Gates")."""
+    l1, u1 = clopper_pearson(x1, n1, alpha)
+    l2, u2 = clopper_pearson(x2, n2, alpha)
     p1, p2 = x1 / n1, x2 / n2
     return (p1 - p2 - ((p1 - l1) ** 2 + (u2 - p2) ** 2) ** 0.5, p1 - p2 + ((u1 - p1) ** 2 + (p2 - l2) ** 2) ** 0.5)
-
-
-def wilson(x: int, n: int, z: float) -> tuple[float, float]:
-    """Wilson's score interval of the share x / n."""
-    p = x / n
-    denominator = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denominator
-    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / denominator
-    return max(0.0, center - half), min(1.0, center + half)
 
 
 def _too_few(n: int, baseline_n: int, config: Config) -> str | None:

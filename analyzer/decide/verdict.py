@@ -421,8 +421,7 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
     if ev.get("basis") == "rounds" and not ev.get("context_known") and action in ("ship", "cap"):
         text += " Not matched on context: the rounds have no context_len."
     if action in ("ship", "cap") and not_checked:
-        text += " Not checked: " + "; ".join(f"{_label(c['name'])[0]} ({_short(c['reason'])})"
-                                             for c in not_checked) + "."
+        text += " Undecided: " + "; ".join(_undecided_check(c, base) for c in not_checked) + "."
     return {"deployment_id": dep, "action": action, "basis": ev["basis"], "config": ranges, "text": text,
             "speedup": ev["speedup"], "speedup_interval": ev.get("interval"), "coverage": ev.get("coverage"),
             "config_speedup": capped.get("speedup") if capped else None,
@@ -434,8 +433,28 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
             "not_checked": [c["name"] for c in not_checked], "settle": settle}
 
 
+def _undecided_check(check: dict[str, Any], baseline_id: str | None) -> str:
+    """A check left unknown, in the words of a verdict line: for a latency percentile past
+    its target, what the baseline gives at the same load and why that does not decide."""
+    label, kind = _label(check["name"])
+    interval, value = check.get("interval"), check.get("value")
+    if check["name"] in LATENCY_CHECKS and interval and value is not None:
+        shown = f"{label} {_number(kind, value, unit=True)}"
+        target = _number(kind, check["threshold"], unit=True)
+        if interval[0] <= check["threshold"]:
+            return f"{shown} [{interval[0]:,.0f}, {interval[1]:,.0f}] straddles its target {target}"
+        if "not matched on load" in (check.get("reason") or ""):
+            return f"{shown} misses {target}, but {baseline_id} never ran at its load"
+        ratio, r_int = check.get("ratio"), check.get("ratio_interval")
+        if check.get("baseline_value") is not None and ratio is not None and r_int:
+            return (f"{shown} misses {target}, as {baseline_id} does at the same load "
+                    f"({_number(kind, check['baseline_value'], unit=True)}); speculation's share can't be told "
+                    f"({ratio:.2f}× it, [{r_int[0]:.2f}, {r_int[1]:.2f}])")
+    return f"{label} ({_short(check.get('reason'))})"
+
+
 def _short(reason: str | None) -> str:
-    """A check's reason up to its first clause: what a "Not checked" list says of it."""
+    """A check's reason up to its first clause: what an "Undecided" list says of it."""
     if not reason:
         return "unknown"
     cut = min((i for i in (reason.find(": "), reason.find("; ")) if i > 0), default=len(reason))

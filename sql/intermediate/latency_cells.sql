@@ -32,7 +32,7 @@ select
     s.deployment_id,
     s.metric,
     b.time_block,
-    load_cell(case when s.metric = 'ttft' then l.life_load else l.load end) as cell,
+    load_cell(l.load) as cell,
     case when s.value > 0 then cast(floor(100 * ln(s.value)) as bigint) else -100000 end as value_bin,
     count(*) as requests
 from samples as s

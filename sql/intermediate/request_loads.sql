@@ -9,9 +9,7 @@
 -- (F(finish) − F(first token)) / (finish − first token), itself included: the batch
 -- size it ran at, as well as timings can tell (the mean number of requests in the step,
 -- where steps are known). A request whose decode took no time (one output token) gets
--- the concurrency at its first token. life_load is the same mean over [arrival, finish]:
--- the load while it waited for its first token as well, which its TTFT saw.
--- load is rounded to a tenth of a request, so loads group and sums of them are exact.
+-- the concurrency at its first token. load is rounded to a tenth of a request, so loads group and sums of them are exact.
 -- tokens = output_tokens − 1 and time_ms = finish − first token: what the speedup from
 -- request timings divides. time_block: the request's block of time, 1 to
 -- intervals_blocks(), by arrival (equal numbers of the deployment's timed requests each).
@@ -32,12 +30,10 @@ with timed as (
 ),
 
 events as (
-    -- +1 at a first token, −1 at a finish; an arrival changes nothing but is a time F is read at
+    -- +1 at a first token, −1 at a finish
     select deployment_id, request_uid, request_id, first_us as t, 1 as delta, 1 as kind from timed
     union all
     select deployment_id, request_uid, request_id, finish_us, -1, 2 from timed
-    union all
-    select deployment_id, request_uid, request_id, arrival_us, 0, 0 from timed
 ),
 
 levels as (
@@ -65,7 +61,6 @@ per_request as (
     select
         deployment_id,
         request_uid,
-        max(area_before) filter (where kind = 0) as f_arrival,
         max(area_before) filter (where kind = 1) as f_first,
         max(area_before) filter (where kind = 2) as f_finish,
         max(level) filter (where kind = 1) as level_at_first
@@ -83,10 +78,6 @@ select
         when t.finish_us > t.first_us then (p.f_finish - p.f_first) / (t.finish_us - t.first_us)
         else p.level_at_first
     end, 1) as decimal(18, 1)) as load,
-    cast(round(case
-        when t.finish_us > t.arrival_us then (p.f_finish - p.f_arrival) / (t.finish_us - t.arrival_us)
-        else p.level_at_first
-    end, 1) as decimal(18, 1)) as life_load,
     t.output_tokens - 1 as tokens,
     cast((t.finish_us - t.first_us) / 1000.0 as decimal(18, 6)) as time_ms,
     ntile(intervals_blocks()) over (partition by t.deployment_id order by t.arrival_us, t.request_id, t.request_uid)
