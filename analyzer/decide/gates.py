@@ -8,13 +8,15 @@ capacity (docs/commands.md, "Gates").
     ...     results = evaluate_gates(ws.con, load_config(None))
     >>> sorted({g["gate"] for g in results})
     ['capacity', 'correctness', 'latency', 'quality']
-    >>> [(c["gate"], c["name"]) for c in blocking_checks(results, "eagle-bf16")]
-    [('latency', 'max_stall_p99_ms')]
+    >>> [(c["name"], c["status"]) for g in results if (g["deployment_id"], g["gate"]) == ("ngram-bf16", "latency")
+    ...  for c in g["checks"]]
+    [('ttft_p99_ms', 'unknown'), ('tpot_p95_ms', 'pass'), ('max_stall_p99_ms', 'shared')]
 
-The values come from the view ``gate_inputs`` (sql/marts/gate_inputs.sql) and, for
-the capacity gate's speedup, from the speedup the verdict decides with
-(``evidence.speedup_evidence``); this module only compares them with the thresholds
-of the config and with the matched baseline's values.
+The values come from the view ``gate_inputs`` (sql/marts/gate_inputs.sql), the
+latency percentiles' intervals and the baseline's percentiles at the same load from
+``analysis.latency_intervals``, and, for the capacity gate's speedup, from the speedup
+the verdict decides with (``evidence.speedup_evidence``); this module compares them
+with the thresholds of the config.
 
 Result shape, one entry per (deployment, gate)::
 
@@ -23,41 +25,40 @@ Result shape, one entry per (deployment, gate)::
 
 - A check's status is ``pass``, ``fail``, ``shared`` or ``unknown``. A check is
   unknown when its value is null (the data it needs is missing, ``reason`` says
-  which) and, for the speedup, when its interval can't tell (below).
-- **Latency checks of a speculative deployment** (TTFT p99, TPOT p95, max stall p99:
-  every check of the latency gate) are compared with the matched baseline's value
-  (``baseline_value``) as well as with the absolute threshold. The check **fails**
-  (it blocks) when the value is worse than the baseline's by more than the tolerance
-  ``[gates.latency] max_worsening`` (``<check>_max_worsening`` per check), or when it
-  misses the threshold that the baseline meets. It is **shared** when it misses the
-  threshold and the baseline misses it too, within the tolerance: a service-level
-  problem that speculation does not cause, which does not block. Without a baseline
-  value only the threshold decides. Extra keys: ``worsening`` (value ÷ baseline − 1),
-  ``max_worsening``, and the requests behind each side's percentile, ``n`` and
-  ``baseline_n``: below ``[evidence] min_requests`` on either side the check is
-  unknown (a p99 of five requests is their maximum, no service level).
+  which), and when the evidence can't tell (below).
+- **Latency checks** (TTFT p99, TPOT p95, max stall p99) are judged against their
+  target, the threshold, by the percentile's 95 % ``interval`` (``_latency_check``):
+  inside it passes, whatever its ratio to the baseline (a large rise inside is a
+  ``finding``); across it is unknown. Past it, a speculative deployment's check is
+  compared with its baseline at the same load (``baseline_value``,
+  ``baseline_interval``: the baseline's percentile reweighted to the deployment's load
+  cells; ``ratio``, ``ratio_interval``): it fails (blocks) when the baseline meets the
+  target there or the ratio lies above 1 + ``max_worsening`` by its interval, is
+  shared when both miss within the tolerance, and unknown otherwise, including when
+  the two ran at different loads (``matched_share`` below ``min_speedup_coverage``:
+  never "speculation's doing"). Below ``[evidence] min_requests`` requests on either
+  side it is unknown (a p99 of five requests is their maximum, no service level).
 - **failed_share** (correctness, speculative deployments): requests that ended in
-  ``error`` or ``abort``, as a share; it fails when it exceeds the baseline's share
-  by more than ``max_failed_share_rise``, and its threshold is that limit (the
-  baseline's share plus the rise); unknown below ``[evidence] min_requests`` requests
-  on either side.
+  ``error`` or ``abort``, as a share; its ``threshold`` is the tolerated rise over the
+  baseline's share (``max_failed_share_rise``), and ``rise_interval`` bounds the rise
+  (``share_difference``): it fails when the lower bound exceeds the tolerance (a rise
+  shown at 95 %), passes when the upper bound is within it, and is unknown otherwise or
+  below ``[evidence] min_requests`` requests on either side.
 - **speedup** (capacity, speculative deployments): the speedup the verdict decides
   with, on its ``basis`` (rounds, tpot or logs), with its 95 % ``interval`` and
   ``coverage``. It is unknown below ``[evidence] min_requests`` of the deployment's
-  requests (a bootstrap over a handful of requests says nothing). It fails when the
-  interval's upper bound is below ``min_speedup``; passes when the lower bound is
-  above it and the coverage is at least
-  ``min_speedup_coverage``; is unknown otherwise (the data can't tell, or covers too
-  little), with the reason.
+  requests and when it is not matched on context. It fails when the interval's upper
+  bound is below ``min_speedup``; passes when the lower bound is above it and the
+  coverage is at least ``min_speedup_coverage``; is unknown otherwise (the data can't
+  tell, or covers too little), with the reason.
 - A gate fails when any check fails; else it is unknown when any check is unknown;
   else shared when any check is shared; it passes only when every check passes:
   unknown is never reported as pass.
-- ``reason`` (check) says why an unknown or shared check is so, and why a latency
-  check compared with its baseline fails; null otherwise. ``reason`` (gate) joins
-  the reasons of its unknown checks, or is null.
+- ``reason`` (check) says why an unknown, shared or failed check is so; null for a
+  pass. ``reason`` (gate) joins the reasons of its unknown checks, or is null.
 - Order: deployments by id; gates correctness, quality, latency, capacity. A
   baseline (method ``none``) gets only latency and capacity, each check against its
-  threshold alone, and its capacity gate has no speedup check. A baseline's failed
+  target alone, and its capacity gate has no speedup check. A baseline's failed
   checks block nothing: it is the reference, not a rollout (``blocking_checks``).
 - Thresholds are inclusive (value ≥ a minimum, value ≤ a maximum). A value that
   equals the threshold up to floating-point rounding (relative 1e-9) passes, so

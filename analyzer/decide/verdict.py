@@ -1,37 +1,48 @@
 """What to do with each deployment, in one line: the first thing the report says.
 
 ``verdicts(doc, evidence, config)`` reads the finished report document (gates, the
-recommendation of section 13) and the speedup each speculative deployment is judged by
-(``evidence.speedup_evidence``), and returns, per deployment, in the order of
+recommendation of section 13 with its evidence-decided ranges) and the speedup each
+speculative deployment is judged by (``evidence.speedup_evidence``: matched on load,
+and context where it can be), and returns, per deployment, in the order of
 ``doc["deployments"]`` (docs/metrics.md, "The verdict")::
 
     {"deployment_id", "action", "basis", "config", "text", "speedup", "speedup_interval",
-     "coverage", "num_requests", "baseline_id", "baseline_num_requests",
+     "coverage", "config_speedup", "config_speedup_interval", "matched_on", "not_matched",
+     "num_requests", "baseline_id", "baseline_num_requests",
      "blocking": [{"gate", "check", "value", "threshold", "baseline_value"}], "shared": [...],
-     "not_checked": [gate, ...], "settle"}
+     "not_checked": [check name, ...], "settle"}
 
 action, decided in this order:
 
-- ``dont_ship``: a check blocks (``blocking``): a gate check failed, which includes a
-  latency check that speculation made worse than its baseline's beyond the tolerance,
-  and a speedup whose 95 % interval lies below ``min_speedup``;
-- ``unknown``: there is no speedup to decide with (``basis`` null, or its value null);
-  ``settle`` says which data would decide it;
-- ``inconclusive``: the speedup's interval includes ``min_speedup``, or the speedup
-  covers less than ``min_speedup_coverage`` of the committed tokens; ``settle`` says
-  what would settle it (more requests, a baseline at the missing batch sizes);
-- ``cap``: ship with speculation switched off above a batch size (the recommended
-  ranges end with k = 0); ``ship``: ship with the recommended ranges, or as configured
-  when there are none; a recommendation with k = 0 everywhere is ``dont_ship``;
+- ``dont_ship``: a check blocks (``blocking``, reasons in ``REASON_ORDER``: the speed
+  first): a speedup whose 95 % interval lies below ``min_speedup``, a latency check past
+  its target by its interval that the baseline meets at the same load or that is worse
+  than the baseline there beyond the tolerance, a rise of failed requests shown at 95 %;
+- ``inconclusive`` when the two sides never ran at comparable loads (both named);
+- ``unknown``: there is no speedup to decide with; ``settle`` says which data would
+  decide it;
+- ``inconclusive``: the speedup check is unknown: its interval includes
+  ``min_speedup``, it covers less than ``min_speedup_coverage`` of the tokens, rests on
+  too few requests, or is not matched on context; ``settle`` names what would settle it
+  (the short side and how many of its requests, or the baseline at the loads it ran);
+- ``cap``: ship with speculation off in some batch ranges (where the range's own
+  speedup lies below 1, or the baseline never ran there: "no baseline at batch 65-128:
+  speculation off there until … is measured there"), quoting that config's speedup on
+  the same steps (``config_speedup``); ``ship``: ship with the recommended ranges, or as
+  configured when there are none; a config with k = 0 everywhere is ``dont_ship`` where
+  some range loses, else ``inconclusive``;
 - ``baseline``: plain decoding, the reference of the others; nothing is shipped, so
   nothing blocks, and the checks it fails are listed under ``shared``: a service level
   that holds with or without speculation.
 
-``shared`` lists the checks that miss their threshold on the deployment and on its
-baseline alike (within the tolerance): stated once, as a finding about the pair
-(``shared_findings``), never as a reason not to ship. ``config`` is the deployment's
-one config line: the same list as ``tuning.recommendations[].
-num_speculative_tokens_per_batch_size``, or null.
+Checks left unknown are named in the line ("Undecided: …") and listed in
+``not_checked``; none of them blocks, none is a pass. ``shared`` lists the checks that
+miss their threshold on the deployment and on its baseline alike (within the
+tolerance): stated once, as a finding about the pair (``shared_findings``), never as a
+reason not to ship. ``config`` is the deployment's one config line: the same list as
+``tuning.recommendations[].num_speculative_tokens_per_batch_size``, or null.
+``check_failures`` is the rule of ``report --check`` and ``nightly``: a speculative
+deployment passes only with ship or cap.
 """
 
 from __future__ import annotations
