@@ -263,6 +263,7 @@ class MatchedPair:
     # each group's load, and the groups a config turns speculation off at (``with_off``)
     loads: np.ndarray | None = None
     off: np.ndarray | None = None
+    _strata_cache: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def with_off(self, ranges: list[tuple[int, int]]) -> "MatchedPair":
         """The same pair with speculation off at the loads in ``ranges`` ((start, end)
@@ -323,14 +324,11 @@ class MatchedPair:
     def _full_strata(self, count: int, strata: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The full sample's speedup per stratum (its counterfactual over its time) and each
         group's time, computed once: the weights that hold the load mix fixed."""
-        cached = getattr(self, "_strata_cache", None)
-        if cached is not None:
-            return cached
+        if self._strata_cache is not None:
+            return self._strata_cache
         d = self.d.sum(axis=0)
-        b = self.b.sum(axis=0)
-        tokens, time, tx = b[:, 0], b[:, 1], b[:, 2]
-        kappa = self._kappa(b)
-        f = time / tokens - kappa * tx / tokens
+        kappa = self._kappa(self.b.sum(axis=0))
+        f = self._hold()
         level = self.w_lo * f[self.lo] + self.w_hi * np.where(self.hi >= 0, f[np.maximum(self.hi, 0)], 0)
         cf = d[:, 0] * level + kappa * d[:, 2]
         time = d[:, 1] if self.off is None else np.where(self.off, cf, d[:, 1])
@@ -345,10 +343,10 @@ class MatchedPair:
         return self.statistics(self.d.sum(axis=0)[None], self.b.sum(axis=0)[None])[0]
 
     def _hold(self) -> np.ndarray:
+        """The full sample's f per cell: its time per token less the context term."""
         b = self.b.sum(axis=0)
         tokens, time, tx = b[:, 0], b[:, 1], b[:, 2]
-        full_kappa = self._kappa(b)
-        return time / tokens - full_kappa * tx / tokens
+        return time / tokens - self._kappa(b) * tx / tokens
 
     def _kappa(self, b: np.ndarray) -> float:
         if not self.with_context:
@@ -408,12 +406,6 @@ class Interval:
     def variance_of(self, subset: str = "all") -> dict[str, float | None]:
         """Each side's variance of log(speedup) for ``subset``."""
         return {side: v.get(subset) for side, v in self.variance.items()}
-
-    def as_dict(self, subset: str = "all") -> dict[str, Any]:
-        return {"speedup": self.speedup.get(subset), "interval": self.interval.get(subset),
-                "blocks": self.blocks, "block_length": self.block_length,
-                "variance": {side: v.get(subset) for side, v in self.variance.items()},
-                "df": self.df.get(subset)}
 
 
 def matched_interval(pair: MatchedPair, level: float = 0.95, max_blocks: int | None = MAX_BLOCKS) -> Interval:
