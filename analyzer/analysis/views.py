@@ -18,6 +18,7 @@ needs a registry edit; a cycle is an error that names the cycle.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -193,8 +194,44 @@ def config_macro_names() -> tuple[str, ...]:
 
 def set_config_thresholds(con: duckdb.DuckDBPyConnection, config: Config) -> None:
     """Replace the thresholds the views read with ``config``'s (temporary macros: a
-    report's workspace holds temporary objects only)."""
+    report's workspace holds temporary objects only).
+
+    A view reads a macro when it is queried, but a materialized table read it when it was
+    computed: the tables that read a macro whose value changed, directly or through other
+    views (the matched comparison's matched_support, matched_weights, matched_sums read the
+    [evidence] floors; step_loads, request_loads the [intervals] blocks), are computed
+    again, in dependency order, where their inputs are here (not the tables a scale-out
+    engine brought back, computed with the config it was given)."""
+    before = _config_macro_values(con)
     con.execute(config_macros_sql(config).replace("create or replace macro", "create or replace temp macro"))
+    after = _config_macro_values(con)
+    changed = {name for name, value in after.items() if before.get(name) != value}
+    if changed:
+        _recompute_tables_reading(con, changed)
+
+
+def _config_macro_values(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
+    names = config_macro_names()
+    try:
+        values = con.execute("select " + ", ".join(f"{name}()" for name in names)).fetchone()
+    except duckdb.Error:
+        return {}
+    return dict(zip(names, values))
+
+
+def _recompute_tables_reading(con: duckdb.DuckDBPyConnection, macros: set[str]) -> None:
+    views = discover_views()
+    deps = dependencies(views)
+    calls = {name: re.compile(rf"\b{name}\s*\(") for name in macros}
+    tables = dict(con.execute("select table_name, temporary from duckdb_tables()").fetchall())
+    present = set(tables) | {row[0] for row in con.execute("select view_name from duckdb_views()").fetchall()}
+    reads: dict[str, bool] = {}
+    for name in dependency_order(views):
+        view = views[name]
+        code = "\n".join(line.split("--", 1)[0] for line in view.sql.splitlines())
+        reads[name] = any(call.search(code) for call in calls.values()) or any(reads[d] for d in deps[name])
+        if view.materialized and reads[name] and name in tables and (view.references - {name}) <= present:
+            _create(con, view, bool(tables[name]), None)
 
 
 def create_macros(con: duckdb.DuckDBPyConnection, repeat_n: int = DEFAULT_REPEAT_N,
