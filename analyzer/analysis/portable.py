@@ -227,7 +227,12 @@ def non_portable(view: View, known: dict[str, Macro] | None = None) -> list[str]
         text = spark_sql(view, known)
     except (sqlglot.errors.UnsupportedError, sqlglot.errors.ParseError) as exc:
         return [f"unsupported: {str(exc).splitlines()[0]}"]
-    unknown = {node.name.lower() for node in sqlglot.parse_one(text, read="spark").find_all(exp.Anonymous)}
+    try:
+        tree = sqlglot.parse_one(text, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        # a type Spark has no name for (UBIGINT, say) comes out as text Spark can't read
+        return [f"unsupported: {str(exc).splitlines()[0]}"]
+    unknown = {node.name.lower() for node in tree.find_all(exp.Anonymous)}
     spark = {name.lower() for name in Spark.Parser.FUNCTIONS} | _SPARK_BUILTINS_SQLGLOT_MISSES
     return sorted(f"function {name}" for name in unknown - spark)
 
