@@ -1,10 +1,11 @@
-"""The 95 % bootstrap intervals (headline_intervals, docs/metrics.md "Intervals of the headline
-numbers"): the request groups, the same buckets in every replicate, dropped replicates, the
-seed, and the tpot_speedup interval.
+"""The 95 % intervals (docs/metrics.md): the accept length's bootstrap over request groups
+(headline_intervals: the groups, the weights, dropped replicates, the seed) and the speedups'
+block jackknife over time (analyzer/analysis/uncertainty.py: rounds and tpot, by hand).
 
-The weights are Poisson(1) draws from a hash; a test that needs them reads them through the
-view's own macros and recomputes the statistic with numpy, so what is checked is the
-formula, the drop rule and the quantile, independently of the view's SQL.
+The bootstrap's weights are Poisson(1) draws from a hash; a test that needs them reads them
+through the view's own macros and recomputes the statistic with numpy, so what is checked is
+the formula, the drop rule and the quantile, independently of the view's SQL. The
+jackknife's intervals are worked out by hand on traces of a few blocks.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from analyzer import api
 from analyzer.analysis.precision import with_interval
 from analyzer.cli import main
 from test_evidence import Builder
-from tracebuilder import at, deployment, lift_floors, no_floors_config, request, write_traces
+from tracebuilder import at, deployment, no_floors_config, request, write_traces
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces"
 REPLICATES = 16000      # the default of [intervals] replicates
@@ -79,100 +80,126 @@ def test_requests_that_share_an_id_in_two_partitions_are_two_requests_of_their_o
     assert groups == sorted(md5_group("d", "r", int(at(d).timestamp() * 1_000_000)) for d in (7, 8))
 
 
-def two_bucket_case(root):
-    """Every request of spec runs one round at batch 1 (10 ms, 2 tokens) and one at batch 2
-    (40 ms steps of two requests, 2 tokens each), so any weighting of spec's requests keeps
-    its sums in proportion. base: 40 requests at batch 1 (10 ms, 1 token: t0(1) = 10 ms) and
-    a single request w at batch 2 (20 steps of 20 ms: t0(2) = 20 ms).
-    speedup = (10 · 20 + 20 · 20) / (10 · 10 + 10 · 40) = 600 / 500 = 1.2; bucket 1 alone
-    would give 10 · 20 / 100 = 2.0."""
-    b = Builder()
-    for i in range(40):
-        b.step("base", 10.0, [(f"b{i}", 0, 1)])
-    for _ in range(20):
-        b.step("base", 20.0, [("w", 0, 1)], batch_size=2)
-    for i in range(10):
-        b.step("spec", 10.0, [(f"s{i}", 4, 2)])
-    for i in range(0, 10, 2):
-        b.step("spec", 40.0, [(f"s{i}", 4, 2), (f"s{i + 1}", 4, 2)])
-    return b.write(root, [deployment("spec"), deployment("base", "none")])
-
-
-def test_every_replicate_covers_the_same_buckets_and_the_rest_are_dropped(tmp_path):
-    root = two_bucket_case(tmp_path / "t")
-    doc = report_json(root, "--config", str(no_floors_config(tmp_path)))   # w alone may give t0(2)
-    spec = by_id(doc)["spec"]
-    assert spec["speedup"] == pytest.approx(1.2)
-    # a replicate that weighs w's group 0 has no t0 at batch 2: it is dropped, never computed
-    # over bucket 1 alone (2.0), so every replicate used is 1.2
-    assert spec["speedup_interval"] == [pytest.approx(1.2), pytest.approx(1.2)]
+def test_every_replicate_weighs_the_same_groups_and_one_without_speculative_rounds_is_dropped(tmp_path):
+    """The accept length's bootstrap (headline_intervals): in each of the 16,000 replicates
+    every request group of the deployment gets its Poisson(1) weight (bootstrap_weight), the
+    accept length is 1 + Σ w · accepted / Σ w · speculative rounds, and a replicate whose
+    speculative rounds weigh nothing (every group drew 0) is dropped, never counted as 1."""
+    # r1: three speculative rounds accepting 1, 2 and 3; r2: two accepting none
+    rounds = [{"deployment_id": "spec", "request_id": rid, "round_idx": i, "num_draft_tokens": 4,
+               "num_accepted_tokens": k, "num_committed_tokens": k + 1}
+              for rid, accepted in (("r1", (1, 2, 3)), ("r2", (0, 0))) for i, k in enumerate(accepted)]
+    root = write_traces(tmp_path / "t", deployments=[deployment("spec")], rounds=rounds)
+    groups = [md5_group("spec", "r1"), md5_group("spec", "r2")]     # no requests rows: the key alone
+    assert groups[0] != groups[1]
     ws = api.open_traces(root)
     try:
-        lift_floors(ws.con)
-        used = ws.con.execute("select speedup_replicates, replicates from headline_intervals "
-                              "where deployment_id = 'spec'").fetchone()
-        # the replicates in which w's group draws 0 (its weight, through the view's macros)
-        (group,) = ws.con.execute("select request_group from request_rounds where request_id = 'w'").fetchone()
-        zero = ws.con.execute("select count(*) from range(intervals_replicates()) as r(i) where "
-                              "bootstrap_weight('base', i, ?, intervals_seed()) = 0", [group]).fetchone()[0]
+        row = ws.con.execute("select replicates, accept_length_replicates from headline_intervals").fetchone()
+        weights = np.array([w for (w,) in ws.con.execute(
+            "select list_transform(cast(? as bigint[]), lambda g: bootstrap_weight('spec', r, g, intervals_seed())) "
+            "from range(intervals_replicates()) as t(r) order by r", [groups]).fetchall()])
     finally:
         ws.close()
-    # every replicate that weighs w's group 0 is dropped; a few more are, where spec's own
-    # groups in a bucket all draw 0 (its 10 requests fall in 10 groups: e^-10 each bucket)
-    assert used[1] == REPLICATES and REPLICATES - zero - 10 <= used[0] <= REPLICATES - zero
-    # Poisson(1) is 0 with probability 1/e: 5,886 of 16,000, σ = 61
-    assert abs(zero - REPLICATES / np.e) < 4 * np.sqrt(REPLICATES * np.exp(-1) * (1 - np.exp(-1)))
-    assert (f"spec: the speedup interval rests on {used[0]:,} of {REPLICATES:,} bootstrap replicates; "
-            "the others resampled a covered bucket's baseline, or a denominator, to no tokens and were "
-            "dropped") in doc["notes"]
+    spec = by_id(report_json(root))["spec"]
+    # point: 1 + (1 + 2 + 3) / (3 + 2) = 2.2
+    assert spec["mean_accept_length"] == pytest.approx(2.2, rel=1e-12)
+    spec_rounds = weights @ np.array([3.0, 2.0])
+    accepted = weights @ np.array([6.0, 0.0])
+    used = spec_rounds > 0
+    # both groups draw 0 with probability e^-2: about 2,165 of 16,000 replicates dropped (σ = 43)
+    assert row == (REPLICATES, int(used.sum()))
+    assert abs((~used).sum() - REPLICATES * np.exp(-2)) < 4 * np.sqrt(REPLICATES * np.exp(-2) * (1 - np.exp(-2)))
+    replicate = 1 + accepted[used] / spec_rounds[used]
+    # the used replicates' 2.5 % and 97.5 % quantiles, linear between order statistics (quantile_cont)
+    assert spec["mean_accept_length_interval"] == pytest.approx(
+        [np.quantile(replicate, 0.025), np.quantile(replicate, 0.975)], rel=1e-12)
 
 
-def response_only(root):
-    """Requests with timings only (as the response importers write them): 12 of spec and 12 of
-    base, with different durations, so the interval is not a point."""
-    spec = [request("spec", f"s{i}", first=10.0, finish=10.0 + 100 + 15 * i, output_tokens=21 + i)
-            for i in range(12)]
-    base = [request("base", f"b{i}", first=10.0, finish=10.0 + 300 + 20 * i, output_tokens=21 + 2 * i)
-            for i in range(12)]
+def test_a_deletion_that_empties_a_baseline_cell_keeps_the_cells_value(tmp_path):
+    """The speedup's interval is a block jackknife (analysis/uncertainty.py): each side's
+    blocks of time deleted in turn, the other held whole, the load mix held fixed. Every step
+    here is a block of its own (fewer than 256 steps) and with fewer than 8 blocks that move
+    the speedup each is its own coarse block, so it is the delete-one jackknife.
+
+    base: batch 1, steps of 8, 12, 8, 12 ms (1 token each): t0(1) = 40 / 4 = 10 ms; one step
+    at batch 2, 20 ms for 1 token: t0(2) = 20 ms, the cell's only block.
+    spec: batch 1, four 10 ms steps committing 2, 3, 2, 3: counterfactual 10 · 10 = 100 over
+    40 ms, 2.5; batch 2, two 40 ms steps of two rounds committing 2 each: 8 tokens · 20 = 160
+    over 2 · 2 · 40 = 160 ms, 1.0. speedup = 260 / 200 = 1.3, with the time shares 0.2 and 0.8
+    that each replicate keeps: 0.2 · (batch 1's speedup) + 0.8 · (batch 2's)."""
+    b = Builder()
+    b.step("base", 8.0, [("b0", 0, 1)])
+    b.step("base", 12.0, [("b1", 0, 1)])
+    b.step("base", 20.0, [("w", 0, 1)], batch_size=2)
+    b.step("base", 8.0, [("b2", 0, 1)])
+    b.step("base", 12.0, [("b3", 0, 1)])
+    b.step("spec", 10.0, [("s0", 4, 2)])
+    b.step("spec", 10.0, [("s1", 4, 3)])
+    b.step("spec", 40.0, [("s4", 4, 2), ("s5", 4, 2)])
+    b.step("spec", 40.0, [("s6", 4, 2), ("s7", 4, 2)])
+    b.step("spec", 10.0, [("s2", 4, 2)])
+    b.step("spec", 10.0, [("s3", 4, 3)])
+    root = b.write(tmp_path / "t", [deployment("spec"), deployment("base", "none")])
+    doc = report_json(root, "--config", str(no_floors_config(tmp_path)))
+    spec = by_id(doc)["spec"]
+    assert spec["speedup"] == pytest.approx(1.3, rel=1e-12)
+    # spec's deletions: a batch-1 step of 2 tokens leaves 80 / 30 = 8/3 there, one of 3 leaves
+    # 70 / 30 = 7/3: speedup 0.2 · 8/3 + 0.8 = 4/3 or 0.2 · 7/3 + 0.8 = 19/15. A batch-2 step's
+    # deletion leaves batch 2 at 1.0: it does not move the speedup and joins the block before it.
+    # base's deletions: an 8 ms step leaves t0(1) = 32/3, a 12 ms one 28/3: batch 1 at
+    # (32/3) · 10 / 40 = 8/3 or 7/3, the same 4/3 or 19/15. Deleting the batch-2 step empties
+    # cell 2, which keeps its full-sample t0 of 20 ms: the speedup stays 1.3 (it is never
+    # computed over batch 1 alone, 2.5).
+    # Each side: K = 4 blocks, θ_(i) = ln 4/3, ln 19/15 twice each, ½ ln(20/19) from their mean:
+    # V = (K − 1)/K · Σ (θ_(i) − θ̄)² = 3/4 · 4 · ¼ · ln²(20/19) = ¾ ln²(20/19) = 0.0019733.
+    # Welch df = (2V)² / (V²/3 + V²/3) = 6, t(0.975, 6) = 2.4469119 (tables);
+    # interval = 1.3 · exp(± 2.4469119 · √(3/2) · ln(20/19)) = 1.3 · exp(± 0.153718)
+    v = 0.75 * np.log(20 / 19) ** 2
+    half = 2.4469118511 * np.sqrt(2 * v)
+    matched = spec["matched"]["rounds"]
+    assert matched["blocks"] == {"deployment": 4, "baseline": 4}
+    assert matched["block_length"] == {"deployment": 1, "baseline": 1}
+    assert matched["variance"] == {"deployment": pytest.approx(v, rel=1e-9), "baseline": pytest.approx(v, rel=1e-9)}
+    assert matched["df"] == pytest.approx(6.0, rel=1e-9)
+    assert spec["speedup_interval"] == pytest.approx([1.3 * np.exp(-half), 1.3 * np.exp(half)], rel=1e-9)
+    # per bucket: batch 1 alone, 2.5 with deletions 8/3 or 7/3 on each side: V = ¾ ln²(8/7), df 6;
+    # no block moves batch 2 (its steps all give 1.0, its baseline cell is one block): no interval
+    curve = {c["batch_bucket"]: c["speedup_interval"] for c in doc["load_curve"] if c["deployment_id"] == "spec"}
+    half_1 = 2.4469118511 * np.sqrt(1.5) * np.log(8 / 7)
+    assert curve == {"1": pytest.approx([2.5 * np.exp(-half_1), 2.5 * np.exp(half_1)], rel=1e-9), "2": None}
+
+
+def timings_only(root):
+    """Requests with timings only (as the response importers write them), one at a time on
+    each deployment, so each decoded alone: load 1.0 (request_loads), every request its own
+    block of time. base: 10 tokens after the first in 80, 120, 80, 120 ms: tpot(1) = 400 / 40
+    = 10 ms. spec: 20, 30, 20, 30 tokens in 100 ms each: 10 · 100 / 400 = 2.5."""
+    spec = [request("spec", f"s{i}", arrival=1000.0 * i, first=1000.0 * i + 10, finish=1000.0 * i + 110,
+                    output_tokens=1 + n) for i, n in enumerate((20, 30, 20, 30))]
+    base = [request("base", f"b{i}", arrival=1000.0 * i, first=1000.0 * i + 10, finish=1000.0 * i + 10 + ms,
+                    output_tokens=11) for i, ms in enumerate((80, 120, 80, 120))]
     return write_traces(root, deployments=[deployment("spec"), deployment("base", "none")],
                         requests=spec + base, rounds=[])
 
 
-def test_the_tpot_speedup_interval_resamples_both_deployments_requests(tmp_path):
-    root = response_only(tmp_path)
-    spec = by_id(report_json(root))["spec"]
-    ws = api.open_traces(root)
-    try:
-        rows = ws.con.execute("""select deployment_id, request_group(deployment_id, request_id, epoch_us(arrival_time)),
-                                        date_diff('microsecond', first_token_time, finish_time), output_tokens - 1
-                                 from requests""").fetchall()
-        groups = {dep: sorted({g for d, g, _, _ in rows if d == dep}) for dep in ("spec", "base")}
-        # the weights of each group in every replicate, through the view's macros (the types
-        # as the view hashes them: varchar deployment, bigint replicate and group)
-        weights = {dep: np.array([w for (w,) in ws.con.execute(
-            "select list_transform(cast(? as bigint[]), lambda g: bootstrap_weight(cast(? as varchar), r, g, "
-            "intervals_seed())) from range(intervals_replicates()) as t(r) order by r",
-            [groups[dep], dep]).fetchall()]) for dep in ("spec", "base")}
-    finally:
-        ws.close()
-    # per group: Σ (finish − first token) and Σ (output_tokens − 1); the replicates' weighted sums
-    sums = {}
-    for dep in ("spec", "base"):
-        duration = np.zeros(len(groups[dep]))
-        tokens = np.zeros(len(groups[dep]))
-        for d, g, us, n in rows:
-            if d == dep:
-                duration[groups[dep].index(g)] += us
-                tokens[groups[dep].index(g)] += n
-        sums[dep] = (weights[dep] @ duration, weights[dep] @ tokens)
-    (d_us, d_tok), (b_us, b_tok) = sums["spec"], sums["base"]
-    ok = (d_tok > 0) & (b_tok > 0) & (d_us > 0)
-    replicate = (b_us[ok] / b_tok[ok]) / (d_us[ok] / d_tok[ok])
-    # 12 requests each: a replicate weighing all of one deployment's groups 0 is dropped
-    expected = [np.quantile(replicate, 0.025), np.quantile(replicate, 0.975)]
-    assert spec["tpot_speedup_interval"] == pytest.approx(expected, rel=1e-12)
-    lo, hi = spec["tpot_speedup_interval"]
-    assert lo < spec["tpot_speedup"] < hi
+def test_the_tpot_speedup_interval_deletes_each_deployments_blocks_of_requests(tmp_path):
+    root = timings_only(tmp_path / "t")
+    spec = by_id(report_json(root, "--config", str(no_floors_config(tmp_path))))["spec"]
+    assert spec["tpot_speedup"] == pytest.approx(2.5, rel=1e-12)
+    # spec's deletions: a 20-token request leaves 10 · 80 / 300 = 8/3, a 30-token one 7/3;
+    # base's: an 80 ms request leaves tpot (400 − 80) / 30 = 32/3, so 32/3 · 100 / 400 = 8/3,
+    # a 120 ms one 7/3. Each side: K = 4, V = ¾ ln²(8/7) = 0.0133729, both sides alike, so
+    # Welch df = 6, t(0.975, 6) = 2.4469119: 2.5 · exp(± 2.4469119 · √(3/2) · ln(8/7))
+    # = [1.6755, 3.7302]
+    v = 0.75 * np.log(8 / 7) ** 2
+    half = 2.4469118511 * np.sqrt(2 * v)
+    matched = spec["matched"]["tpot"]
+    assert matched["loads"] == [1.0, 1.0] and matched["baseline_loads"] == [1.0, 1.0]
+    assert matched["blocks"] == {"deployment": 4, "baseline": 4}
+    assert matched["variance"] == {"deployment": pytest.approx(v, rel=1e-9), "baseline": pytest.approx(v, rel=1e-9)}
+    assert matched["df"] == pytest.approx(6.0, rel=1e-9)
+    assert spec["tpot_speedup_interval"] == pytest.approx([2.5 * np.exp(-half), 2.5 * np.exp(half)], rel=1e-9)
+    assert spec["tpot_speedup_interval"] == pytest.approx([1.6755, 3.7302], abs=1e-4)
 
 
 def test_another_seed_moves_a_printed_interval_by_its_last_digit_at_most(tmp_path, sample_report):
@@ -180,21 +207,34 @@ def test_another_seed_moves_a_printed_interval_by_its_last_digit_at_most(tmp_pat
     config.write_text("[intervals]\nseed = 1\n")
     seed0 = sample_report["doc"]
     seed1 = report_json(SAMPLE, "--config", str(config))
-    for metric in ("speedup", "mean_accept_length"):
-        printed = {}
-        for doc in (seed0, seed1):
-            for d in doc["deployments"]:
-                if d[metric] is not None and d["method"] != "none":
-                    printed.setdefault(d["deployment_id"], []).append(
-                        (with_interval(d[metric], *d[f"{metric}_interval"]), d[f"{metric}_interval"]))
-        assert len(printed) == 4
-        for dep, ((text0, raw0), (text1, raw1)) in printed.items():
-            assert raw0 != raw1, (dep, metric)      # the seed draws other weights ...
-            # ... and a printed endpoint moves by at most one unit of its last digit: 16,000
-            # replicates put an endpoint's spread between seeds near 0.001 (docs/metrics.md)
-            digits = len(text0.split("[")[1].split(",")[0].split(".")[1])
-            for a, b in zip(raw0, raw1):
-                assert abs(round(a, digits) - round(b, digits)) <= 10 ** -digits + 1e-12, (dep, metric, text0, text1)
+    # the speedups' intervals are a block jackknife: no draw, so the seed changes nothing,
+    # to the last bit, for every basis that has one
+    speedups = {}
+    for doc in (seed0, seed1):
+        for d in doc["deployments"]:
+            if d["method"] != "none":
+                speedups.setdefault(d["deployment_id"], []).append(
+                    {basis: m["interval"] for basis, m in d["matched"].items()})
+    assert len(speedups) == 4
+    assert sum(interval is not None for s0, _ in speedups.values() for interval in s0.values()) >= 4
+    for dep, (s0, s1) in speedups.items():
+        assert s0 == s1, dep
+    # the accept length's is a bootstrap over request groups: the seed draws other weights ...
+    printed = {}
+    for doc in (seed0, seed1):
+        for d in doc["deployments"]:
+            if d["mean_accept_length"] is not None and d["method"] != "none":
+                printed.setdefault(d["deployment_id"], []).append(
+                    (with_interval(d["mean_accept_length"], *d["mean_accept_length_interval"]),
+                     d["mean_accept_length_interval"]))
+    assert len(printed) == 4
+    for dep, ((text0, raw0), (text1, raw1)) in printed.items():
+        assert raw0 != raw1, dep
+        # ... and a printed endpoint moves by at most one unit of its last digit: 16,000
+        # replicates put an endpoint's spread between seeds near 0.001 (docs/metrics.md)
+        digits = len(text0.split("[")[1].split(",")[0].split(".")[1])
+        for a, b in zip(raw0, raw1):
+            assert abs(round(a, digits) - round(b, digits)) <= 10 ** -digits + 1e-12, (dep, text0, text1)
 
 
 def bootstrap_weights(replicates: int, groups: int, deployment_id: str = "spec", seed: int = 0) -> np.ndarray:

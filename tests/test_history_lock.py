@@ -8,6 +8,7 @@ file.
 """
 
 import datetime as dt
+import json
 import subprocess
 import sys
 import textwrap
@@ -24,7 +25,9 @@ from analyzer.simulate.traces import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Gates and regression limits no simulated day can trip, so every run exits 0.
+# Gates and regression limits no simulated day can trip. A run still exits 1 by report
+# --check's rule: a simulated day of 2 requests leaves every speculative deployment
+# inconclusive (min_requests 10), and only ship or cap passes.
 LOOSE = """\
 [gates.correctness]
 min_match_rate = 0.0
@@ -71,7 +74,16 @@ def test_three_nightly_runs_started_together_keep_every_date(traces, tmp_path):
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for date in dates]
     results = [(*run.communicate(timeout=300), run.returncode) for run in runs]
-    assert [code for _, _, code in results] == [0, 0, 0], results
+    # each run finished its report and exits by the check rule alone: 1, with one stderr line
+    # per speculative deployment whose verdict is neither ship nor cap, and no regression
+    for date, (stdout, stderr, code) in zip(dates, results):
+        verdicts = json.loads((out / date / "report.json").read_text())["verdict"]
+        speculative = [v for v in verdicts if v["action"] != "baseline"]
+        assert speculative and {v["action"] for v in speculative} == {"inconclusive"}, (date, verdicts)
+        assert code == 1, (date, stdout, stderr)
+        assert [line.split(": ", 2)[:2] for line in stderr.splitlines()] == [
+            [v["deployment_id"], "inconclusive"] for v in speculative], (date, stderr)
+        assert "regression:" not in stdout and f"wrote {out / date}/report.md" in stdout
 
     rows = pl.read_parquet(out / "history.parquet")
     assert sorted(d.isoformat() for d in rows.get_column("date").unique()) == dates

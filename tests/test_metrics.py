@@ -293,9 +293,18 @@ def test_partial_bucket_coverage(load):
     assert high["tokens_per_round"] == pytest.approx(7 / 3, rel=1e-12)       # (2+1+4)/3
     assert high["round_ms"] == pytest.approx(125 / 3, rel=1e-12)             # (40+40+45)/3
     assert high["mean_accept_length"] == pytest.approx(7 / 3, rel=1e-12)     # 1 + (1+0+3)/3
+    # the baseline ran at batch 1 only (its one load cell, loads 1 to 1): batch 6 and 8 lie
+    # above every load it measured, and nothing is extrapolated
     assert high["t0_ms"] is None
     assert high["speedup"] is None
+    assert high["matched_share"] == 0
+    assert high["t0_guard"] == "above_baseline_loads"
     assert high["condition_holds"] is None
+    gone = one(ws, "select * from speedup_uncovered where deployment_id = 'spec'")
+    assert (gone["batch_bucket"], gone["reason"]) == ("5-8", "above_baseline_loads")
+    assert gone["committed_share"] == pytest.approx(0.5, rel=1e-12)             # (2 + 1 + 4) / 14
+    assert (gone["min_batch_size"], gone["max_batch_size"]) == (6, 8)
+    assert (gone["baseline_min_load"], gone["baseline_max_load"]) == (1, 1)
 
 
 # --------------------------------------------------------------------------- 6. baseline rules
@@ -504,30 +513,51 @@ def test_itl_from_round_end_times(load):
 
 
 def test_speedup_by_context_matches_t0_on_batch_and_context(load):
+    """Each decode step gets the baseline's time per token at its own batch size and context:
+    t0(b, X) = f(cell) + κ · X, κ the baseline's slope of time per token on X (the context
+    tokens in the batch) pooled within its load cells; a step outside the contexts the
+    baseline held there (widened by context_margin, 25 %) is left out. A step falls in the
+    context bucket of its mean context per request; the acceptance columns count rounds by
+    their own context_len."""
     ws = load(
         deployments=[deployment("spec", gamma=3), deployment("base", method="none")],
         steps=[
             step("base", 1, 10.0, batch_size=1), step("base", 2, 10.0, batch_size=1),
             step("base", 3, 20.0, batch_size=1), step("base", 4, 20.0, batch_size=1),
-            step("base", 5, 16.0, batch_size=2),
+            step("base", 5, 16.0, batch_size=2), step("base", 6, 36.0, batch_size=2),
             step("spec", 1, 15.0, batch_size=1), step("spec", 2, 12.0, batch_size=1),
             step("spec", 3, 30.0, batch_size=1), step("spec", 4, 20.0, batch_size=2),
+            step("spec", 5, 20.0, batch_size=1),
         ],
         rounds=[
-            # baseline: t0(1, 0-1k) = 20/2 = 10; t0(1, 2k-4k) = 40/2 = 20; t0(1) = 60/4 = 15
-            round_row("base", "x", 0, 0, 0, step_id=1, context_len=100),
-            round_row("base", "x", 1, 0, 0, step_id=2, context_len=101),
+            # baseline cell 1 (4 steps of 1 token): X = 1000 → 10 ms, X = 3000 → 20 ms.
+            #   t0 = 60/4 = 15, X̄ = 8000/4 = 2000; Sxy = Σ time·X − tx·time/tokens
+            #   = 140,000 − 8000·60/4 = 20,000; Sxx = Σ X² − tx²/tokens = 20e6 − 16e6 = 4e6
+            round_row("base", "x", 0, 0, 0, step_id=1, context_len=1000),
+            round_row("base", "x", 1, 0, 0, step_id=2, context_len=1000),
             round_row("base", "y", 0, 0, 0, step_id=3, context_len=3000),
-            round_row("base", "y", 1, 0, 0, step_id=4, context_len=3001),
-            # baseline batch 2 (both rounds in one 16 ms step): t0(2) = t0(2, 0-1k) = 32/2 = 16
-            round_row("base", "x", 2, 0, 0, step_id=5, context_len=102),
-            round_row("base", "z", 0, 0, 0, step_id=5, context_len=50),
-            # spec
-            round_row("spec", "p", 0, 3, 2, step_id=1, context_len=500),    # (1, 0-1k)   c 3, 15 ms, t0 10
-            round_row("spec", "p", 1, 3, 1, step_id=2, context_len=1500),   # (1, 1k-2k)  c 2, 12 ms, t0 15 (batch)
-            round_row("spec", "p", 2, 2, 0, step_id=3, context_len=4095),   # (1, 2k-4k)  c 1, 30 ms, t0 20
-            round_row("spec", "s", 0, 3, 3, step_id=4, context_len=1024),   # (2, 1k-2k)  c 4, 20 ms, t0 16 (batch)
-            round_row("spec", "t", 0, 3, 1, step_id=4, context_len=1023),   # (2, 0-1k)   c 2, 20 ms, t0 16
+            round_row("base", "y", 1, 0, 0, step_id=4, context_len=3000),
+            # baseline cell 2 (2 steps of 2 rounds, time = 2 · duration): X = 2000 → 32 ms for
+            #   2 tokens, X = 6000 → 72 ms. t0 = 104/4 = 26, X̄ = 16000/4 = 4000;
+            #   Sxy = (32·2000 + 72·6000) − 16000·104/4 = 496,000 − 416,000 = 80,000;
+            #   Sxx = (2·2000² + 2·6000²) − 16000²/4 = 80e6 − 64e6 = 16e6
+            round_row("base", "x", 2, 0, 0, step_id=5, context_len=1000),
+            round_row("base", "z", 0, 0, 0, step_id=5, context_len=1000),
+            round_row("base", "y", 2, 0, 0, step_id=6, context_len=3000),
+            round_row("base", "z", 1, 0, 0, step_id=6, context_len=3000),
+            # κ = (20,000 + 80,000) / (4e6 + 16e6) = 0.005 ms per context token;
+            # f(1) = 15 − 0.005·2000 = 5, f(2) = 26 − 0.005·4000 = 6: t0(1, X) = 5 + 0.005·X,
+            # t0(2, X) = 6 + 0.005·X. Both cells held 1000 to 3000 tokens per request:
+            # matched from 1000/1.25 = 800 to 3000·1.25 = 3750.
+            # spec                                                                  counterfactual
+            round_row("spec", "p", 0, 3, 2, step_id=1, context_len=1000),   # 0-1k,  c 3, 15 ms: 3·10 = 30
+            round_row("spec", "p", 1, 3, 1, step_id=2, context_len=1500),   # 1k-2k, c 2, 12 ms: 2·12.5 = 25
+            round_row("spec", "p", 2, 2, 0, step_id=3, context_len=3500),   # 2k-4k, c 1, 30 ms: 1·22.5 = 22.5
+            # one step of 2 requests, X = 2047, 1023.5 a request (step bucket 0-1k): c 6, 2·20 = 40 ms,
+            # 6 · t0(2, 2047) = 6 · (6 + 10.235) = 97.41
+            round_row("spec", "s", 0, 3, 3, step_id=4, context_len=1024),   # round bucket 1k-2k, c 4
+            round_row("spec", "t", 0, 3, 1, step_id=4, context_len=1023),   # round bucket 0-1k,  c 2
+            round_row("spec", "q", 0, 3, 1, step_id=5, context_len=3800),   # 2k-4k, c 2, 20 ms: 3800 > 3750, left out
         ],
     )
     assert rejected(ws) == []
@@ -537,37 +567,52 @@ def test_speedup_by_context_matches_t0_on_batch_and_context(load):
     assert set(got) == {"0-1k", "1k-2k", "2k-4k"}
 
     low = got["0-1k"]
-    # baseline time for the tokens: 10·3 + 16·2 = 62; tokens 5; time 15 + 20 = 35
+    # rounds by their own context: (p,0) and (t,0): c 3 + 2, 15 + 20 ms
     assert low["num_rounds"] == 2
     assert low["mean_accept_length"] == pytest.approx(2.5)   # 1 + (2+1)/2
     assert low["tokens_per_round"] == pytest.approx(2.5)     # 5/2
     assert low["round_ms"] == pytest.approx(17.5)            # 35/2
-    assert low["t0_ms"] == pytest.approx(62 / 5)             # 12.4
-    assert low["speedup"] == pytest.approx(62 / 35)
-    assert low["condition_holds"] is True                    # 17.5 < 12.4 · 2.5 = 31
+    # steps by their mean context: spec 1 and spec 4: (30 + 97.41) over c 3 + 6 and 15 + 40 ms
+    assert low["t0_ms"] == pytest.approx(127.41 / 9, rel=1e-12)      # 14.157
+    assert low["speedup"] == pytest.approx(127.41 / 55, rel=1e-12)
+    assert low["condition_holds"] is True                    # 17.5 < 14.157 · 2.5 = 35.4
 
     mid = got["1k-2k"]
-    # the baseline has no rounds at 1k-2k: t0 on the batch bucket alone, 15·2 + 16·4 = 94; tokens 6; time 32
+    # rounds (p,1) and (s,0): c 2 + 4, 12 + 20 ms; steps: spec 2 only, at 1500 tokens where the
+    # baseline never ran but between what it held: t0(1, 1500) = 5 + 7.5 = 12.5
     assert mid["num_rounds"] == 2
     assert mid["mean_accept_length"] == pytest.approx(3.0)   # 1 + (1+3)/2
-    assert mid["tokens_per_round"] == pytest.approx(3.0)
-    assert mid["round_ms"] == pytest.approx(16.0)
-    assert mid["t0_ms"] == pytest.approx(94 / 6)
-    assert mid["speedup"] == pytest.approx(94 / 32)          # 2.9375
-    assert mid["condition_holds"] is True                    # 16 < 94/6 · 3 = 47
+    assert mid["tokens_per_round"] == pytest.approx(3.0)     # 6/2
+    assert mid["round_ms"] == pytest.approx(16.0)            # 32/2
+    assert mid["t0_ms"] == pytest.approx(12.5, rel=1e-12)
+    assert mid["speedup"] == pytest.approx(25 / 12, rel=1e-12)
+    assert mid["condition_holds"] is True                    # 16 < 12.5 · 3 = 37.5
 
     high = got["2k-4k"]
-    # matched on (1, 2k-4k): t0 = 20 (the batch-only t0 would be 15); 20·1 / 30
-    assert high["num_rounds"] == 1
-    assert high["mean_accept_length"] == pytest.approx(1.0)
-    assert high["t0_ms"] == pytest.approx(20.0)
-    assert high["speedup"] == pytest.approx(20 / 30)
-    assert high["condition_holds"] is False                  # 30 < 20 · 1 is false
+    # rounds (p,2) and (q,0): c 1 + 2, 30 + 20 ms; matched: spec 3 alone, t0(1, 3500) = 22.5
+    # (the batch cell's own t0 would be 15)
+    assert high["num_rounds"] == 2
+    assert high["mean_accept_length"] == pytest.approx(1.5)  # 1 + (0+1)/2
+    assert high["t0_ms"] == pytest.approx(22.5, rel=1e-12)
+    assert high["speedup"] == pytest.approx(22.5 / 30, rel=1e-12)
+    assert high["round_ms"] == pytest.approx(25.0)           # 50/2
+    assert high["tokens_per_round"] == pytest.approx(1.5)    # 3/2
+    # over all its rounds, spec 5's included: 25 < 22.5 · 1.5 = 33.75, though the matched step alone is slower
+    assert high["condition_holds"] is True
+    cell = one(ws, "select t0_match, matched_share from speedup_by_batch_context "
+                   "where deployment_id = 'spec' and batch_bucket = '1' and context_bucket = '2k-4k'")
+    assert cell["t0_match"] == "context"
+    assert cell["matched_share"] == pytest.approx(1 / 3, rel=1e-12)  # c 1 of 1 + 2
 
-    # and the batch view for comparison: bucket 1: 15 · (3+2+1) = 90 over 57 ms; bucket 2: 16 · 6 = 96 over 40 ms
+    # the headline: cf 30 + 25 + 22.5 + 97.41 = 174.91 over 15 + 12 + 30 + 40 = 97 ms;
+    # coverage 12 of 14 committed tokens (spec 5's 2 are out of the baseline's contexts)
     sp = one(ws, "select * from speedup where deployment_id = 'spec'")
-    assert sp["speedup"] == pytest.approx(186 / 97)
-    assert sp["speedup_coverage"] == pytest.approx(1.0)
+    assert sp["speedup"] == pytest.approx(174.91 / 97, rel=1e-12)
+    assert sp["speedup_coverage"] == pytest.approx(12 / 14, rel=1e-12)
+    gone = one(ws, "select * from speedup_uncovered where deployment_id = 'spec'")
+    assert (gone["batch_bucket"], gone["reason"]) == ("1", "context_out_of_range")
+    assert gone["committed_share"] == pytest.approx(2 / 14, rel=1e-12)
+    assert (gone["min_context"], gone["max_context"]) == (pytest.approx(3800), pytest.approx(3800))
 
 
 # --------------------------------------------------------------------------- 10. capacity

@@ -27,10 +27,21 @@ def traces(tmp_path_factory) -> Path:
     """A speculative deployment `spec` and its baseline `base`, requests tagged with the
     extra columns `tenant` and `region` (not in the trace format: kept from the input).
 
-    Baseline t0 by batch bucket (a round's time is its step's duration):
-      bucket 1: steps 1 and 2, 10 ms each, one round each  → t0(1) = 20 / 2 = 10 ms
-      bucket 2: step 3, 16 ms, two rounds                  → t0(2) = 32 / 2 = 16 ms
-      no baseline round in bucket 3-4.
+    The baseline's time per token at each batch size it ran (a round's time is its step's
+    duration; a step may hold more requests than it has rounds here):
+      batch 1: steps 1 and 2, 10 ms each, one round each   → t0(1) = 20 / 2 = 10 ms
+      batch 2: step 3, 16 ms, two rounds                   → t0(2) = 32 / 2 = 16 ms
+      batch 4: step 4, 20 ms, three rounds                 → t0(4) = 60 / 3 = 20 ms
+      batch 6: step 5, 28 ms, three rounds                 → t0(6) = 84 / 3 = 28 ms
+    Each of spec's decode steps is matched at its own batch size (matched_weights):
+      batch 1 and 2 on the baseline's own cells: 10 and 16 ms;
+      batch 3 between 2 and 4: 4 > 2 · 1.25 + 1 = 3.5, too far apart (load_gap): no t0;
+      batch 5 between 4 and 6 (6 ≤ 4 · 1.25 + 1): w = (6 − 5) / (6 − 4) = 0.5,
+        t0(5) = 0.5 · 20 + 0.5 · 28 = 24 ms.
+    A slice weighs its committed tokens in each batch bucket by spec's matched t0 there
+    (baseline_t0: Σ counterfactual / Σ matched tokens of spec's steps in the bucket):
+      1 → 10, 2 → 16, 3-4 → none (load_gap), 5-8 → 24 (the baseline's own rounds in 5-8,
+      all at batch 6, would say 28).
     """
     spec_requests = [
         request("spec", "r1", tenant="acme", region="eu"),
@@ -45,26 +56,35 @@ def traces(tmp_path_factory) -> Path:
                      request("base", "q3", tenant="globex", region="eu")]
     steps = [
         step("base", 1, 10.0, batch_size=1), step("base", 2, 10.0, batch_size=1), step("base", 3, 16.0, batch_size=2),
+        step("base", 4, 20.0, batch_size=4), step("base", 5, 28.0, batch_size=6),
         step("spec", 1, 12.0, batch_size=1),
         step("spec", 2, 20.0, batch_size=2),
         step("spec", 3, 9.0, batch_size=1),
         step("spec", 4, 30.0, batch_size=1, num_prefill_tokens=100),   # a prefill step: no speedup
         step("spec", 5, 11.0, batch_size=1),
         step("spec", 6, 8.0, batch_size=1),
-        step("spec", 7, 10.0, batch_size=3),                           # bucket 3-4: no baseline t0
+        step("spec", 7, 10.0, batch_size=3),                           # bucket 3-4: load_gap, no t0
+        step("spec", 8, 10.0, batch_size=5),                           # bucket 5-8: t0(5) = 24
     ]
     rounds = [
         round_row("base", "q1", 0, 0, 0, step_id=1),
-        round_row("base", "q1", 1, 0, 0, step_id=2, stop_reason="eos"),
-        round_row("base", "q2", 0, 0, 0, step_id=3, stop_reason="eos"),
-        round_row("base", "q3", 0, 0, 0, step_id=3, stop_reason="eos"),
+        round_row("base", "q1", 1, 0, 0, step_id=2),
+        round_row("base", "q2", 0, 0, 0, step_id=3),
+        round_row("base", "q3", 0, 0, 0, step_id=3),
+        round_row("base", "q1", 2, 0, 0, step_id=4),
+        round_row("base", "q2", 1, 0, 0, step_id=4),
+        round_row("base", "q3", 1, 0, 0, step_id=4),
+        round_row("base", "q1", 3, 0, 0, step_id=5, stop_reason="eos"),
+        round_row("base", "q2", 2, 0, 0, step_id=5, stop_reason="eos"),
+        round_row("base", "q3", 2, 0, 0, step_id=5, stop_reason="eos"),
         # (drafted, accepted, committed)
         round_row("spec", "r1", 0, 4, 3, step_id=1),                     # (4, 3, 4)  bucket 1, 12 ms
         round_row("spec", "r1", 1, 4, 1, step_id=2, stop_reason="eos"),  # (4, 1, 2)  bucket 2, 20 ms
         round_row("spec", "r2", 0, 4, 4, step_id=3),                     # (4, 4, 5)  bucket 1, 9 ms
         round_row("spec", "r2", 1, 4, 0, step_id=4, stop_reason="eos"),  # (4, 0, 1)  prefill
         round_row("spec", "r3", 0, 4, 2, step_id=2),                     # (4, 2, 3)  bucket 2, 20 ms
-        round_row("spec", "r3", 1, 4, 4, step_id=7, stop_reason="eos"),  # (4, 4, 5)  bucket 3-4, 10 ms
+        round_row("spec", "r3", 1, 4, 4, step_id=7),                     # (4, 4, 5)  bucket 3-4, 10 ms
+        round_row("spec", "r3", 2, 4, 1, step_id=8, stop_reason="eos"),  # (4, 1, 2)  bucket 5-8, 10 ms
         round_row("spec", "r4", 0, 2, 1, step_id=5),                     # (2, 1, 2)  bucket 1, 11 ms
         round_row("spec", "r4", 1, 0, 0, stop_reason="eos"),             # (0, 0, 1)  no step
         round_row("spec", "r5", 0, 4, 2, step_id=6, stop_reason="eos"),  # (4, 2, 3)  bucket 1, 8 ms
@@ -83,19 +103,21 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-# By hand, per tenant of `spec`:
+# By hand, per tenant of `spec` (matched t0 per bucket: 1 → 10, 2 → 16, 3-4 none, 5-8 → 24):
 #   acme = r1, r2: rounds 4, speculative 4, drafted 16, accepted 3+1+4+0 = 8, committed 4+2+5+1 = 12
 #     accept length 1 + 8/4 = 3, acceptance 8/16, tokens/round 12/4 = 3
 #     speedup over decode rounds with a step (r2's prefill round left out):
 #       bucket 1: committed 4 + 5 = 9, time 12 + 9 = 21; bucket 2: committed 2, time 20
 #       (10·9 + 16·2) / (21 + 20) = 122/41
-#   globex = r3: rounds 2, drafted 8, accepted 6, committed 8 → 1 + 6/2 = 4, 6/8, 8/2 = 4
-#     bucket 2: committed 3, time 20; bucket 3-4 has no t0 and is left out of both sums:
-#       16·3 / 20 = 2.4, covering 3 of its 8 committed tokens
+#   globex = r3: rounds 3, drafted 12, accepted 2+4+1 = 7, committed 3+5+2 = 10
+#     → 1 + 7/3 = 10/3, 7/12, 10/3
+#     bucket 2: committed 3, time 20; bucket 5-8: committed 2, time 10; bucket 3-4 has no t0 and
+#     is left out of both sums: (16·3 + 24·2) / (20 + 10) = 96/30 = 3.2 (with the baseline's
+#     own t0 of bucket 5-8, 28: 104/30), covering 5 of its 10 committed tokens
 #   (null) = r4 (null tenant) and r5 (its requests row was rejected: no value):
 #     rounds 3, speculative 2, drafted 6, accepted 3, committed 6 → 1 + 3/2 = 2.5, 3/6, 6/3 = 2
 #     bucket 1: committed 2 + 3 = 5, time 11 + 8 = 19 → 10·5/19 = 50/19
-# `base` (the baseline: no drafts, no speedup): acme = q1, q2 with 3 rounds, globex = q3 with 1.
+# `base` (the baseline: no drafts, no speedup): acme = q1, q2 with 7 rounds, globex = q3 with 3.
 TENANT = [
     {"deployment_id": "base", "value": "acme", "num_requests": 2, "mean_accept_length": None,
      "acceptance_rate": None, "tokens_per_round": 1.0, "speedup": None, "repeat_ratio": None,
@@ -106,28 +128,28 @@ TENANT = [
     {"deployment_id": "spec", "value": "acme", "num_requests": 2, "mean_accept_length": 3.0,
      "acceptance_rate": 0.5, "tokens_per_round": 3.0, "speedup": 122 / 41, "repeat_ratio": None,
      "repeat_accept_correlation": None},
-    {"deployment_id": "spec", "value": "globex", "num_requests": 1, "mean_accept_length": 4.0,
-     "acceptance_rate": 0.75, "tokens_per_round": 4.0, "speedup": 2.4, "repeat_ratio": None,
+    {"deployment_id": "spec", "value": "globex", "num_requests": 1, "mean_accept_length": 10 / 3,
+     "acceptance_rate": 7 / 12, "tokens_per_round": 10 / 3, "speedup": 3.2, "repeat_ratio": None,
      "repeat_accept_correlation": None},
     {"deployment_id": "spec", "value": None, "num_requests": 2, "mean_accept_length": 2.5,
      "acceptance_rate": 0.5, "tokens_per_round": 2.0, "speedup": 50 / 19, "repeat_ratio": None,
      "repeat_accept_correlation": None},
 ]
 # Per region of `spec`:
-#   eu = r1, r3: drafted 16, accepted 3+1+2+4 = 10, committed 4+2+3+5 = 14, 4 rounds
-#     → 1 + 10/4 = 3.5, 10/16, 14/4 = 3.5
-#     bucket 1: r1 4 tokens in 12 ms; bucket 2: r1 2 + r3 3 tokens in 20 + 20 ms; bucket 3-4 left out
-#     → (10·4 + 16·5) / (12 + 40) = 120/52
+#   eu = r1, r3: drafted 8 + 12 = 20, accepted 3+1 + 2+4+1 = 11, committed 4+2 + 3+5+2 = 16, 5 rounds
+#     → 1 + 11/5 = 3.2, 11/20, 16/5 = 3.2
+#     bucket 1: r1 4 tokens in 12 ms; bucket 2: r1 2 + r3 3 tokens in 20 + 20 ms; bucket 5-8: r3 2
+#     tokens in 10 ms; bucket 3-4 left out → (10·4 + 16·5 + 24·2) / (12 + 40 + 10) = 168/62
 #   us = r2, r4: 4 rounds, 3 speculative, drafted 10, accepted 5, committed 9
 #     → 1 + 5/3, 5/10, 9/4; bucket 1: r2 5 tokens in 9 ms, r4 2 tokens in 11 ms → 10·7/20 = 3.5
 #   (null) = r5: 1 round (4, 2, 3) → 1 + 2/1 = 3, 2/4, 3; bucket 1: 10·3/8 = 3.75
-# `base`: all three requests in eu, 4 rounds.
+# `base`: all three requests in eu, 10 rounds.
 REGION = [
     {"deployment_id": "base", "value": "eu", "num_requests": 3, "mean_accept_length": None,
      "acceptance_rate": None, "tokens_per_round": 1.0, "speedup": None, "repeat_ratio": None,
      "repeat_accept_correlation": None},
-    {"deployment_id": "spec", "value": "eu", "num_requests": 2, "mean_accept_length": 3.5,
-     "acceptance_rate": 0.625, "tokens_per_round": 3.5, "speedup": 120 / 52, "repeat_ratio": None,
+    {"deployment_id": "spec", "value": "eu", "num_requests": 2, "mean_accept_length": 3.2,
+     "acceptance_rate": 0.55, "tokens_per_round": 3.2, "speedup": 168 / 62, "repeat_ratio": None,
      "repeat_accept_correlation": None},
     {"deployment_id": "spec", "value": "us", "num_requests": 2, "mean_accept_length": 1 + 5 / 3,
      "acceptance_rate": 0.5, "tokens_per_round": 2.25, "speedup": 3.5, "repeat_ratio": None,
@@ -165,18 +187,25 @@ def test_speedup_coverage_of_a_slice_counts_the_buckets_without_t0(traces):
     try:
         got = dict(ws.con.execute("""select coalesce(slice_value, '(null)'), speedup_coverage from slice_metrics
                                      where deployment_id = 'spec'""").fetchall())
+        t0 = {bucket: (t0_ms, guard) for bucket, t0_ms, guard in ws.con.execute(
+            """select batch_bucket, t0_ms, t0_guard from baseline_t0
+               where deployment_id = 'spec' and context_bucket is null""").fetchall()}
     finally:
         ws.close()
+    # spec's matched t0 per bucket, the one the slices weigh by (fixture): batch 5 interpolated
+    # halfway between the baseline's batch 4 and 6; batch 3 between 2 and 4, too far apart
+    assert t0 == {"1": (pytest.approx(10.0, rel=1e-12), None), "2": (pytest.approx(16.0, rel=1e-12), None),
+                  "3-4": (None, "load_gap"), "5-8": (pytest.approx(24.0, rel=1e-12), None)}
     # coverage is over decode rounds with a step: acme 11 and (null) 5 committed tokens, all in
-    # buckets with a t0; globex 3 of its 8 (r3's round in bucket 3-4 has none)
-    assert got == {"acme": 1.0, "globex": pytest.approx(3 / 8, rel=1e-12), "(null)": 1.0}
+    # buckets with a t0; globex 5 of its 10 (r3's round at batch 3 has none)
+    assert got == {"acme": 1.0, "globex": pytest.approx(5 / 10, rel=1e-12), "(null)": 1.0}
 
 
 def test_markdown_has_a_slices_section_with_a_table_per_column(traces):
     result = run("report", traces, "--by", "tenant", "--no-progress", *FLOORS(traces))
     assert result.exit_code == 0, result.output
     section = result.output.split("## Slices\n", 1)[1].split("\n## ", 1)[0]
-    # the numbers above, rounded for display: 122/41 = 2.976, 50/19 = 2.632
+    # the numbers above, rounded for display: 122/41 = 2.976, 10/3 = 3.333, 7/12 = 58.3%, 50/19 = 2.632
     assert section == (
         "\n"
         "The metrics of the categories table for each value of a requests column (`--by`); a request whose "
@@ -190,7 +219,7 @@ def test_markdown_has_a_slices_section_with_a_table_per_column(traces):
         "| base | acme | 2 | – | – | 1.000 | – | – | – |\n"
         "| base | globex | 1 | – | – | 1.000 | – | – | – |\n"
         "| spec | acme | 2 | 3.000 | 50.0% | 3.000 | 2.976× | – | – |\n"
-        "| spec | globex | 1 | 4.000 | 75.0% | 4.000 | 2.400× | – | – |\n"
+        "| spec | globex | 1 | 3.333 | 58.3% | 3.333 | 3.200× | – | – |\n"
         "| spec | (null) | 2 | 2.500 | 50.0% | 2.000 | 2.632× | – | – |\n")
 
 
@@ -217,12 +246,12 @@ def test_sql_by_keys_the_slice_views(traces):
                  "select deployment_id, slice_column, slice_value, num_requests, num_committed_tokens "
                  "from slice_metrics order by deployment_id, slice_value nulls last")
     assert result.exit_code == 0, result.output
-    # committed: base acme 3 rounds of 1, globex 1; spec acme 12, globex 8, (null) 6
+    # committed: base acme 7 rounds of 1, globex 3; spec acme 12, globex 10, (null) 6
     assert result.output == ("deployment_id,slice_column,slice_value,num_requests,num_committed_tokens\n"
-                             "base,tenant,acme,2,3\n"
-                             "base,tenant,globex,1,1\n"
+                             "base,tenant,acme,2,7\n"
+                             "base,tenant,globex,1,3\n"
                              "spec,tenant,acme,2,12\n"
-                             "spec,tenant,globex,1,8\n"
+                             "spec,tenant,globex,1,10\n"
                              "spec,tenant,,2,6\n")
 
 

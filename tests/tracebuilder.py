@@ -134,3 +134,13 @@ def lift_floors(con) -> None:
     from analyzer.analysis.views import set_config_thresholds
 
     set_config_thresholds(con, parse_config(tomllib.loads(NO_FLOORS_TOML)))
+
+
+# Irregular offsets in ms that add up to 0: step durations that vary from step to step
+# without changing their sum, so a hand-worked speedup stays what it was while the
+# speedup's interval (a jackknife over blocks of time, analysis/uncertainty.py) has blocks
+# that differ. Offsets with a short period would cancel inside its coarse blocks, and
+# blocks that all give the same speedup give no interval.
+OFFSETS_10 = (-0.5, 0.25, 0.5, -0.25, 0.0, 0.75, -0.75, 0.25, -0.5, 0.25)
+OFFSETS_20 = (-1.0, 0.5, 0.25, -0.5, 1.0, -0.25, 0.75, -0.75, 0.0, 0.5,
+              -1.0, 0.25, 0.5, -0.5, 1.0, -0.25, 0.0, -0.75, 0.75, -0.5)
