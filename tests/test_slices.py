@@ -209,8 +209,9 @@ def test_markdown_has_a_slices_section_with_a_table_per_column(traces):
     assert section == (
         "\n"
         "The metrics of the categories table for each value of a requests column (`--by`); a request whose "
-        "value is null, or that has no requests row, is in the slice (null). Speedup uses the baseline's t0 of "
-        "all its rounds in each batch bucket.\n"
+        "value is null, or that has no requests row, is in the slice (null). Speedup weighs each batch bucket's "
+        "tokens by the deployment's matched t0 there (the baseline's time per token at the batch sizes and "
+        "contexts its steps in the bucket ran at).\n"
         "\n"
         "### By tenant\n"
         "\n"

@@ -476,8 +476,9 @@ def _slices(doc: dict) -> str:
         return ""
     parts = ["## Slices\n\n"
              "The metrics of the categories table for each value of a requests column (`--by`); a request "
-             f"whose value is null, or that has no requests row, is in the slice {NULL_SLICE}. Speedup uses "
-             "the baseline's t0 of all its rounds in each batch bucket.\n"]
+             f"whose value is null, or that has no requests row, is in the slice {NULL_SLICE}. Speedup weighs "
+             "each batch bucket's tokens by the deployment's matched t0 there (the baseline's time per token at "
+             "the batch sizes and contexts its steps in the bucket ran at).\n"]
     for column, body in tables:
         parts.append(f"\n### By {cell(column)}\n\n")
         parts.append(table(SLICE_HEADERS, body) if body else "No request with a clean round.\n")

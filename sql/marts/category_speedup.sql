@@ -1,6 +1,10 @@
 -- Speedup per task category: Σ_b t0(b) · committed(b, category) / Σ_b time(b, category)
--- over decode-only rounds. t0(b) comes from all the baseline's rounds in bucket b:
--- batch size, not category, sets the cost of a step.
+-- over decode-only rounds. t0(b) is the deployment's matched t0 in bucket b
+-- (baseline_t0: the baseline's time per token at the batch sizes and contexts its steps
+-- there ran at): batch size and context, not category, set the cost of a step. A
+-- bucket's t0 stands for all of the category's rounds there, matched steps or not, so
+-- where a bucket is partly matched (baseline_t0.matched_share < 1) this is an
+-- approximation.
 -- Grain: one row per deployment_id, category (with decode-only rounds that have a step).
 select
     d.deployment_id,

@@ -1,7 +1,10 @@
 -- Speedup per slice (report --by COLUMN): Σ_b t0(b) · committed(b, slice) / Σ_b time(b, slice)
 -- over the slice's decode-only rounds that have a clean step. As for the categories
--- (category_speedup), t0(b) comes from all the baseline's rounds in bucket b: batch
--- size, not the slice, sets the cost of a step.
+-- (category_speedup), t0(b) is the deployment's matched t0 in bucket b (baseline_t0:
+-- the baseline's time per token at the batch sizes and contexts its steps there ran
+-- at): batch size and context, not the slice, set the cost of a step. A bucket's t0
+-- stands for all of the slice's rounds there, matched steps or not, so where a bucket is
+-- partly matched (baseline_t0.matched_share < 1) this is an approximation.
 -- Grain: one row per (deployment_id, slice_column, slice_value) with such rounds;
 -- a null slice_value is a slice of its own.
 with by_bucket as (
