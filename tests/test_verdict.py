@@ -304,13 +304,27 @@ def test_unknown_says_what_would_decide():
 
 
 def test_response_only_rests_on_the_tpot_speedup():
+    # no steps: the speedup from request timings decides, matched at the concurrency each request decoded at
     d = spec("a", None, steps=False, tpot_speedup=1.25, tpot_speedup_interval=[1.18, 1.31],
-             tpot_speedup_coverage=0.97, tpot_speedup_requests=600)
+             tpot_speedup_coverage=0.97, tpot_speedup_requests=600,
+             matched={"tpot": {"speedup": 1.25, "interval": [1.18, 1.31], "coverage": 0.97,
+                               "loads": [7.5, 8.4], "baseline_loads": [7.0, 9.0]}})
     _, v = decide([dict(BASE, round_ms={"mean": None}), d], [speed("a", "pass", 1.25)])
-    assert (v["a"]["basis"], v["a"]["action"], v["a"]["speedup"]) == ("tpot", "ship", 1.25)
+    assert (v["a"]["basis"], v["a"]["action"], v["a"]["speedup"], v["a"]["matched_on"]) == (
+        "tpot", "ship", 1.25, ["load"])
     assert v["a"]["text"] == ("Ship a as configured (num_speculative_tokens 4): 1.25× [1.18, 1.31] the output-token "
-                              "rate of base by request timings, not matched on batch size, on 97% of its output "
+                              "rate of base by request timings at the same concurrency, on 97% of its output "
                               "tokens (600 requests); no per-batch recommendation (it needs steps).")
+    # the two sides never decoded at comparable concurrency (a at 7.5-8.4, base at 60.2-64): no speedup is formed,
+    # and the verdict names both loads instead of comparing the pooled rates
+    d = spec("a", None, steps=False, tpot_speedup=None, tpot_speedup_coverage=None, tpot_speedup_requests=600,
+             matched={"tpot": {"speedup": None, "interval": None, "coverage": 0.0,
+                               "loads": [7.5, 8.4], "baseline_loads": [60.2, 64.0]}})
+    _, v = decide([dict(BASE, round_ms={"mean": None}), d], [speed("a", "unknown", None, "x")])
+    assert (v["a"]["basis"], v["a"]["action"], v["a"]["speedup"]) == ("tpot", "inconclusive", None)
+    assert v["a"]["text"] == ("Not enough data to decide a: not matched on load, it ran at concurrency 7.5-8.4 and "
+                              "base at concurrency 60.2-64; base measured at concurrency 7.5-8.4, where a ran, would "
+                              "settle it.")
 
 
 # --------------------------------------------------------------------------- bootstrap intervals
