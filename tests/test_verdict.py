@@ -332,8 +332,9 @@ def test_response_only_rests_on_the_tpot_speedup():
 def test_identical_requests_give_an_interval_of_one_point(tmp_path):
     """Every spec request: 2 rounds in their own 20 ms steps at batch 1, drafting 4 and
     accepting 2 (3 tokens each); every baseline request: 3 plain rounds in 10 ms steps.
-    Any resample of such requests has accept length 1 + 2 = 3 and speedup
-    t0 · tokens / time = (10 ms/token) · 6 / 40 ms = 1.5, so both intervals are one point."""
+    Any resample of such requests has accept length 1 + 2 = 3, and deleting any block of
+    time leaves the speedup t0 · tokens / time = (10 ms/token) · 6 / 40 ms = 1.5, so both
+    intervals are one point."""
     rounds, steps, requests = [], [], []
     for i in range(40):
         requests.append(request("spec", f"s{i}"))
@@ -349,18 +350,27 @@ def test_identical_requests_give_an_interval_of_one_point(tmp_path):
     root = tmp_path / "traces"
     write_traces(root, deployments=[deployment("spec"), deployment("base", method="none")],
                  requests=requests, steps=steps, rounds=rounds)
-    ws = api.open_traces(root)
-    try:
+    with api.open_traces(root) as ws:
         (row,) = ws.con.execute("select * from headline_intervals where deployment_id = 'spec'").fetchall()
         names = [d[0] for d in ws.con.description]
-    finally:
-        ws.close()
+        doc = api.report_document(ws)
     got = dict(zip(names, row))
-    # the default [intervals] replicates, every one of them used (no resample is empty)
-    assert got["replicates"] == got["accept_length_replicates"] == got["speedup_replicates"] == 16000
+    # the accept length's Poisson bootstrap: the default [intervals] replicates, every one of them used (no
+    # resample is empty)
+    assert got["replicates"] == got["accept_length_replicates"] == 16000
     assert (got["mean_accept_length_lo"], got["mean_accept_length_hi"]) == (3.0, 3.0)
-    assert got["speedup_lo"] == pytest.approx(1.5, rel=1e-15)
-    assert got["speedup_hi"] == pytest.approx(1.5, rel=1e-15)
+    # the speedup's block jackknife: 80 spec steps and 120 base steps, fewer than the 256 blocks of time, so each
+    # step is its own block. Deleting a spec step leaves 3 · 79 · 10 / (79 · 20) = 1.5; deleting a base step leaves
+    # t0(1) = 10 ms. Each side's 80 and 120 blocks agree exactly: V_D = V_B = 0, the interval is exp(ln 1.5 ± 0)
+    spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
+    assert spec["speedup"] == pytest.approx(1.5, rel=1e-15)
+    assert spec["speedup_interval"] == [pytest.approx(1.5, rel=1e-15), pytest.approx(1.5, rel=1e-15)]
+    matched = spec["matched"]["rounds"]
+    assert (matched["variance"], matched["blocks"]) == ({"deployment": 0.0, "baseline": 0.0},
+                                                        {"deployment": 80, "baseline": 120})
+    # with nothing left to resolve, the verdict decides on it: no "more requests would settle it"
+    v = next(x for x in doc["verdict"] if x["deployment_id"] == "spec")
+    assert v["speedup_interval"] == spec["speedup_interval"] and v["settle"] is None
 
 
 # --------------------------------------------------------------------------- the sample's decisions
