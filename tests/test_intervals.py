@@ -77,15 +77,14 @@ def test_tpot_speedup_by_hand(tmp_path):
     write_traces(tmp_path, deployments=[deployment("spec"), deployment("base", "none")], requests=requests,
                  rounds=[])
     with api.open_traces(tmp_path) as ws:
-        loads = dict(ws.con.execute("""select r.request_id, (l.load, l.life_load) from request_loads as l
+        loads = dict(ws.con.execute("""select r.request_id, l.load from request_loads as l
                                        join requests as r using (deployment_id, request_uid)""").fetchall())
-    # a request's load: the mean number of its deployment's requests decoding over its own decode, itself included.
-    # long: 5 decode for 500 ms, then 4 for 500 ms: (5 · 500 + 4 · 500) / 1000 = 4.5; short: 5 all along; lone and
-    # the quads alone in their windows: 1 and 4. life_load adds the 10 ms wait before the first token, when none of
-    # them decodes: long (5 · 500 + 4 · 500) / 1010 = 4.46 → 4.5, short 5 · 500 / 510 = 4.90 → 4.9, a quad
-    # 4 · 600 / 610 = 3.93 → 3.9, lone 300 / 310 = 0.97 → 1.0 (loads are kept to a tenth)
-    assert {k: tuple(map(float, loads[k])) for k in ("long0", "short", "lone", "q0-0", "x1-5")} == {
-        "long0": (4.5, 4.5), "short": (5.0, 4.9), "lone": (1.0, 1.0), "q0-0": (4.0, 3.9), "x1-5": (6.0, 5.9)}
+    # a request's load: the mean number of its deployment's requests decoding over its own decode (first token to
+    # finish), itself included. long: 5 decode for 500 ms, then 4 for 500 ms: (5 · 500 + 4 · 500) / 1000 = 4.5;
+    # short: 5 all along; lone alone: 1; a quad's and a sextet's together: 4 and 6; "one" (no decode) the
+    # concurrency at its first token, itself alone: 1
+    assert {k: float(loads[k]) for k in ("long0", "short", "lone", "one", "q0-0", "x1-5")} == {
+        "long0": 4.5, "short": 5.0, "lone": 1.0, "one": 1.0, "q0-0": 4.0, "x1-5": 6.0}
     doc = json.loads(CliRunner().invoke(main, ["report", str(tmp_path), "--format", "json"]).stdout)
     spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
     # 4.5 and 5.0 lie between B's points 4 and 6 (6 ≤ 4 · 1.25 + 1): t0(4.5) = 0.75 · 10 + 0.25 · 14 = 11 ms,
