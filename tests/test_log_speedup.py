@@ -109,6 +109,10 @@ def test_a_count_resting_on_few_lines_does_not_decide(tmp_path, vllm_pair):
     assert curve(doc, "batch_bucket", "num_intervals", "baseline_intervals", "baseline_seconds_for_tokens", "speedup",
                  "counted") == [("1", 1, 5, None, None, False)]
     assert doc["log_load_curve"][0]["baseline_generation_tokens_per_s"] == pytest.approx(41.7, rel=1e-12)
+    # nothing decides; both logged 1 running, so the verdict must not say they were never at comparable loads
+    v = next(x for x in doc["verdict"] if x["deployment_id"] == "mtp")
+    assert (v["basis"], v["action"]) == ("logs", "inconclusive")
+    assert "not matched on load" not in v["text"]
 
 
 def test_each_interval_is_matched_at_its_own_running_count_and_the_floor_cuts_coverage(tmp_path):
@@ -149,6 +153,10 @@ def test_each_interval_is_matched_at_its_own_running_count_and_the_floor_cuts_co
     assert (d["log_speedup"], d["log_speedup_coverage"], d["log_speedup_interval"]) == (None, 0.0, None)
     assert (d["log_speedup_evidence"]["intervals"], d["log_speedup_evidence"]["baseline_intervals"],
             d["log_speedup_evidence"]["min_intervals"]) == (0, 2, 2)
+    # B did log 8 and 9, once each: below the floor, which the note says (not "never at comparable loads")
+    assert d["log_speedup_evidence"]["note"] == (
+        "not enough data: plain logged the running-request counts this deployment ran at (8-9) fewer than 2 times "
+        "(the most: 1; [evidence] min_log_intervals)")
 
 
 def test_the_same_deployment_with_and_without_mtp_never_shared_a_load(tmp_path):
