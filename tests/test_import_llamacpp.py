@@ -11,12 +11,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli import main
-from analyzer.ingest.importers import SOURCES
 from analyzer.ingest.uids import link_uid
 from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
 from analyzer.ingest.importers.llamacpp_log import (CONTRADICTS, NO_CLOCK, NO_DRAFT_LINE, NOT_PARSED, OTHER_LINE,
