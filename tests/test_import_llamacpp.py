@@ -11,12 +11,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli import main
-from analyzer.ingest.importers import SOURCES
 from analyzer.ingest.uids import link_uid
 from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
 from analyzer.ingest.importers.llamacpp_log import (CONTRADICTS, NO_CLOCK, NO_DRAFT_LINE, NOT_PARSED, OTHER_LINE,
@@ -296,10 +292,19 @@ def test_plain_deployment_gets_plain_rounds_and_tpot_speedup(tmp_path):
     native = {"content": "x", "id_slot": 0, "stop": True, "model": "M", "tokens_predicted": 101,
               "tokens_evaluated": 10, "stop_type": "word", "stopping_word": "\n\n",
               "timings": {"prompt_n": 10, "prompt_ms": 100.0, "predicted_n": 101, "predicted_ms": 4000.0}}
+    # the speedup from request timings is matched at concurrency, and a baseline cell needs 10 requests
+    # ([evidence] min_baseline_requests): eight more plain responses, one a minute from 00:02, each alone
+    # (100 tokens after the first in 4,000 ms), and a pair at 00:30 that decodes together (100 in 10,000 ms each)
+    more = [{"sent_at": f"2026-01-01T00:{m:02d}:00Z",
+             "response": _response(f"m{m}", prompt_ms=100.0, predicted_n=101, predicted_ms=4000.0)}
+            for m in range(2, 10)]
+    pair = [{"sent_at": "2026-01-01T00:30:00Z",
+             "response": _response(f"p{i}", prompt_ms=100.0, predicted_n=101, predicted_ms=10000.0)} for i in (1, 2)]
     base = tmp_path / "base.jsonl"
     base.write_text(json.dumps({"sent_at": "2026-01-01T00:00:00Z", "response": native}) + "\n"
                     + json.dumps(_response("b2", prompt_ms=40.0, predicted_n=51, predicted_ms=2000.0,
-                                           finish="length", created=1767225600)) + "\n")
+                                           finish="length", created=1767225600)) + "\n"
+                    + "".join(json.dumps(r) + "\n" for r in more + pair))
     out = tmp_path / "traces"
     import_llamacpp_log([spec], out, "spec", Overrides(method="draft"))
     import_llamacpp_log([base], out, "base", Overrides())
@@ -319,8 +324,18 @@ def test_plain_deployment_gets_plain_rounds_and_tpot_speedup(tmp_path):
     result = run("report", out, "--format", "json")
     assert result.exit_code == 0, result.output
     got = {d["deployment_id"]: d for d in json.loads(result.stdout)["deployments"]}
-    # TPOT: spec (2000 + 1500) / (100 + 50) = 23.33 ms; base (4000 + 2000) / (100 + 50) = 40 ms → 40 / 23.33
-    assert got["spec"]["tpot_speedup"] == pytest.approx(40 / (3500 / 150))
+    # Decode windows (first token = sent_at + prompt_ms, finish = first + predicted_ms; b2, without sent_at,
+    # finishes at its created second, 00:00:00, and started decoding 2,000 ms before): spec s1 [0.1 s, 2.1 s] and
+    # s2 [60.05 s, 61.55 s] never overlap: concurrency 1 each. base: b2 [−2.0 s, 0], the native one [0.1 s, 4.1 s]
+    # and m2..m9 [60·m + 0.1 s, 60·m + 4.1 s] each alone: concurrency 1, ten requests; p1 and p2 together: 2 (two
+    # requests in cell 2, below the floor: no point there). So both spec requests are matched at B's cell 1 (point 1),
+    # t0(1) = (4000 + 2000 + 8 · 4000) / (100 + 50 + 8 · 100) = 38,000 / 950 = 40 ms per token; spec takes
+    # (2000 + 1500) / (100 + 50) = 23.33 ms: 40 / 23.33. (B's pair, 100 ms per token at concurrency 2, is no
+    # comparison for spec's load-1 requests: pooled in, B would take 58,000 / 1,150 = 50.4 ms, 2.16×.)
+    assert got["spec"]["tpot_speedup"] == pytest.approx(40 / (3500 / 150), rel=1e-12)
+    assert got["spec"]["tpot_speedup_coverage"] == 1.0
+    tpot = got["spec"]["matched"]["tpot"]
+    assert (tpot["loads"], tpot["baseline_loads"], tpot["matched_units"]) == ([1.0, 1.0], [1.0, 2.0], 2)
 
 
 def test_stream_chunks_with_timings_per_token(tmp_path):

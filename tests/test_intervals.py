@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from analyzer import api
 from analyzer.cli import main
-from tracebuilder import at, deployment, write_table
+from tracebuilder import at, deployment, request, write_table, write_traces
 
 
 def interval(end_ms, drafts, draft_tokens, accepted, per_position=None, start_ms=None, dep="d"):
@@ -53,30 +53,59 @@ def test_interval_acceptance_by_hand_and_rounds_may_be_absent(tmp_path):
 
 
 def test_tpot_speedup_by_hand(tmp_path):
-    def req(dep, rid, ms, tokens):
-        return {"deployment_id": dep, "request_id": rid, "arrival_time": at(0), "first_token_time": at(10),
-                "finish_time": at(10 + ms), "prompt_tokens": 5, "output_tokens": tokens, "finish_reason": "stop"}
+    """The speedup from request timings, matched at each request's concurrency (docs/metrics.md,
+    "Load from request timings" and "tpot_speedup"). Times in ms; each request arrives 10 ms
+    before its first token; tokens = output_tokens − 1."""
+    def req(dep, rid, start, ms, tokens):
+        return request(dep, rid, arrival=start, first=start + 10, finish=start + 10 + ms, output_tokens=tokens + 1)
 
-    write_table(tmp_path, "deployments", [deployment("spec"), deployment("base", "none")])
-    # baseline: (100 + 300) ms over (10 + 20) tokens after the first = 13.33 ms/token
-    # spec: (100 + 50) ms over (20 + 10) tokens = 5 ms/token; a 1-token request is left out
-    write_table(tmp_path, "requests", [req("base", "a", 100, 11), req("base", "b", 300, 21),
-                                       req("spec", "c", 100, 21), req("spec", "d", 50, 11),
-                                       req("spec", "e", 999, 1)])
-    write_table(tmp_path, "rounds", [])
+    requests = []
+    # base, 24 requests: three quads (t = 0, 10, 20 s) whose four decode together for 600 ms, 50 + 55 + 65 + 70
+    # = 240 tokens a quad, and two sextets (t = 30, 40 s) decoding together for 840 ms, 50 + 55 + 60 + 60 + 65 + 70
+    # = 360 tokens each. Concurrency 4 and 6: cells 4 and 6, 12 requests each (the floor: 10), points 4.0 and 6.0;
+    # t0(4) = 12 · 600 / (3 · 240) = 10 ms per token, t0(6) = 12 · 840 / (2 · 360) = 14 ms per token.
+    for q in range(3):
+        requests += [req("base", f"q{q}-{i}", 10_000 * q, 600, n) for i, n in enumerate((50, 55, 65, 70))]
+    for x in range(2):
+        requests += [req("base", f"x{x}-{i}", 30_000 + 10_000 * x, 840, n)
+                     for i, n in enumerate((50, 55, 60, 60, 65, 70))]
+    # spec: four long requests (200 tokens in 1,000 ms) and a short one (50 in 500 ms) decode from t = 10 ms; a lone
+    # one (30 tokens in 300 ms) at 5 s, and a one-token request (no decode to time) left out of the speedup
+    requests += [req("spec", f"long{i}", 0, 1000, 200) for i in range(4)]
+    requests += [req("spec", "short", 0, 500, 50), req("spec", "lone", 5000, 300, 30),
+                 request("spec", "one", arrival=8000, first=8010, finish=8010, output_tokens=1)]
+    write_traces(tmp_path, deployments=[deployment("spec"), deployment("base", "none")], requests=requests,
+                 rounds=[])
+    with api.open_traces(tmp_path) as ws:
+        loads = dict(ws.con.execute("""select r.request_id, l.load from request_loads as l
+                                       join requests as r using (deployment_id, request_uid)""").fetchall())
+    # a request's load: the mean number of its deployment's requests decoding over its own decode (first token to
+    # finish), itself included. long: 5 decode for 500 ms, then 4 for 500 ms: (5 · 500 + 4 · 500) / 1000 = 4.5;
+    # short: 5 all along; lone alone: 1; a quad's and a sextet's together: 4 and 6; "one" (no decode) the
+    # concurrency at its first token, itself alone: 1
+    assert {k: float(loads[k]) for k in ("long0", "short", "lone", "one", "q0-0", "x1-5")} == {
+        "long0": 4.5, "short": 5.0, "lone": 1.0, "one": 1.0, "q0-0": 4.0, "x1-5": 6.0}
     doc = json.loads(CliRunner().invoke(main, ["report", str(tmp_path), "--format", "json"]).stdout)
     spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
-    assert spec["tpot_speedup"] == pytest.approx((400 / 30) / 5)
+    # 4.5 and 5.0 lie between B's points 4 and 6 (6 ≤ 4 · 1.25 + 1): t0(4.5) = 0.75 · 10 + 0.25 · 14 = 11 ms,
+    # t0(5) = 0.5 · 10 + 0.5 · 14 = 12 ms. Counterfactual 4 · 200 · 11 + 50 · 12 = 9,400 ms against 4 · 1,000 + 500
+    # = 4,500 ms. lone ran at 1, below B's least concurrency (4): not matched. (Unmatched, the pooled rates would
+    # give (7,200 + 10,080) / 1,440 = 12 ms against 4,800 / 880 = 5.45 ms: 2.2×.)
+    assert spec["tpot_speedup"] == pytest.approx(9400 / 4500, rel=1e-12)
+    assert spec["tpot_speedup_coverage"] == pytest.approx(850 / 880, rel=1e-12)   # lone's 30 of 880 tokens unmatched
+    assert spec["tpot_speedup_requests"] == 6                                       # "one" has no token to time
     assert spec["speedup"] is None   # no steps
-    assert any("not matched on batch size" in n for n in doc["notes"])
-    # both spec requests take 5 ms/token, so any resample of them does; the baseline's take 10 and
-    # 15 ms/token, so a resample's pooled rate lies between: every replicate is in [2, 3]
+    matched = spec["matched"]["tpot"]
+    assert (matched["units"], matched["matched_units"], matched["loads"], matched["baseline_loads"]) == (
+        6, 5, [1.0, 5.0], [4.0, 6.0])
+    # the jackknife's interval is exp(ln 2.089 ± t · √V): it holds the hand value, symmetric on the log scale
     lo, hi = spec["tpot_speedup_interval"]
-    assert 2 - 1e-12 <= lo <= spec["tpot_speedup"] <= hi <= 3 + 1e-12
+    assert lo < 9400 / 4500 < hi and (lo * hi) ** 0.5 == pytest.approx(9400 / 4500, rel=1e-12)
     md = CliRunner().invoke(main, ["report", str(tmp_path)]).stdout
     shown = with_interval(spec["tpot_speedup"], lo, hi, suffix="×")
     assert (f"- **spec** (eagle): speedup per round unknown (no steps); by request timings it is {shown} (faster) "
-            "per output token than its baseline (tpot_speedup, not matched on batch size).") in md
+            "per output token than its baseline at the same concurrency (tpot_speedup), over 96.6% of its output "
+            "tokens.") in md
 
 
 def test_acceptance_against_the_load_a_log_gives(tmp_path):

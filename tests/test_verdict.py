@@ -304,13 +304,27 @@ def test_unknown_says_what_would_decide():
 
 
 def test_response_only_rests_on_the_tpot_speedup():
+    # no steps: the speedup from request timings decides, matched at the concurrency each request decoded at
     d = spec("a", None, steps=False, tpot_speedup=1.25, tpot_speedup_interval=[1.18, 1.31],
-             tpot_speedup_coverage=0.97, tpot_speedup_requests=600)
+             tpot_speedup_coverage=0.97, tpot_speedup_requests=600,
+             matched={"tpot": {"speedup": 1.25, "interval": [1.18, 1.31], "coverage": 0.97,
+                               "loads": [7.5, 8.4], "baseline_loads": [7.0, 9.0]}})
     _, v = decide([dict(BASE, round_ms={"mean": None}), d], [speed("a", "pass", 1.25)])
-    assert (v["a"]["basis"], v["a"]["action"], v["a"]["speedup"]) == ("tpot", "ship", 1.25)
+    assert (v["a"]["basis"], v["a"]["action"], v["a"]["speedup"], v["a"]["matched_on"]) == (
+        "tpot", "ship", 1.25, ["load"])
     assert v["a"]["text"] == ("Ship a as configured (num_speculative_tokens 4): 1.25× [1.18, 1.31] the output-token "
-                              "rate of base by request timings, not matched on batch size, on 97% of its output "
+                              "rate of base by request timings at the same concurrency, on 97% of its output "
                               "tokens (600 requests); no per-batch recommendation (it needs steps).")
+    # the two sides never decoded at comparable concurrency (a at 7.5-8.4, base at 60.2-64): no speedup is formed,
+    # and the verdict names both loads instead of comparing the pooled rates
+    d = spec("a", None, steps=False, tpot_speedup=None, tpot_speedup_coverage=None, tpot_speedup_requests=600,
+             matched={"tpot": {"speedup": None, "interval": None, "coverage": 0.0,
+                               "loads": [7.5, 8.4], "baseline_loads": [60.2, 64.0]}})
+    _, v = decide([dict(BASE, round_ms={"mean": None}), d], [speed("a", "unknown", None, "x")])
+    assert (v["a"]["basis"], v["a"]["action"], v["a"]["speedup"]) == ("tpot", "inconclusive", None)
+    assert v["a"]["text"] == ("Not enough data to decide a: not matched on load, it ran at concurrency 7.5-8.4 and "
+                              "base at concurrency 60.2-64; base measured at concurrency 7.5-8.4, where a ran, would "
+                              "settle it.")
 
 
 # --------------------------------------------------------------------------- bootstrap intervals
@@ -318,8 +332,9 @@ def test_response_only_rests_on_the_tpot_speedup():
 def test_identical_requests_give_an_interval_of_one_point(tmp_path):
     """Every spec request: 2 rounds in their own 20 ms steps at batch 1, drafting 4 and
     accepting 2 (3 tokens each); every baseline request: 3 plain rounds in 10 ms steps.
-    Any resample of such requests has accept length 1 + 2 = 3 and speedup
-    t0 · tokens / time = (10 ms/token) · 6 / 40 ms = 1.5, so both intervals are one point."""
+    Any resample of such requests has accept length 1 + 2 = 3, and deleting any block of
+    time leaves the speedup t0 · tokens / time = (10 ms/token) · 6 / 40 ms = 1.5, so both
+    intervals are one point."""
     rounds, steps, requests = [], [], []
     for i in range(40):
         requests.append(request("spec", f"s{i}"))
@@ -335,18 +350,27 @@ def test_identical_requests_give_an_interval_of_one_point(tmp_path):
     root = tmp_path / "traces"
     write_traces(root, deployments=[deployment("spec"), deployment("base", method="none")],
                  requests=requests, steps=steps, rounds=rounds)
-    ws = api.open_traces(root)
-    try:
+    with api.open_traces(root) as ws:
         (row,) = ws.con.execute("select * from headline_intervals where deployment_id = 'spec'").fetchall()
         names = [d[0] for d in ws.con.description]
-    finally:
-        ws.close()
+        doc = api.report_document(ws)
     got = dict(zip(names, row))
-    # the default [intervals] replicates, every one of them used (no resample is empty)
-    assert got["replicates"] == got["accept_length_replicates"] == got["speedup_replicates"] == 16000
+    # the accept length's Poisson bootstrap: the default [intervals] replicates, every one of them used (no
+    # resample is empty)
+    assert got["replicates"] == got["accept_length_replicates"] == 16000
     assert (got["mean_accept_length_lo"], got["mean_accept_length_hi"]) == (3.0, 3.0)
-    assert got["speedup_lo"] == pytest.approx(1.5, rel=1e-15)
-    assert got["speedup_hi"] == pytest.approx(1.5, rel=1e-15)
+    # the speedup's block jackknife: 80 spec steps and 120 base steps, fewer than the 256 blocks of time, so each
+    # step is its own block. Deleting a spec step leaves 3 · 79 · 10 / (79 · 20) = 1.5; deleting a base step leaves
+    # t0(1) = 10 ms. Each side's 80 and 120 blocks agree exactly: V_D = V_B = 0, the interval is exp(ln 1.5 ± 0)
+    spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
+    assert spec["speedup"] == pytest.approx(1.5, rel=1e-15)
+    assert spec["speedup_interval"] == [pytest.approx(1.5, rel=1e-15), pytest.approx(1.5, rel=1e-15)]
+    matched = spec["matched"]["rounds"]
+    assert (matched["variance"], matched["blocks"]) == ({"deployment": 0.0, "baseline": 0.0},
+                                                        {"deployment": 80, "baseline": 120})
+    # with nothing left to resolve, the verdict decides on it: no "more requests would settle it"
+    v = next(x for x in doc["verdict"] if x["deployment_id"] == "spec")
+    assert v["speedup_interval"] == spec["speedup_interval"] and v["settle"] is None
 
 
 # --------------------------------------------------------------------------- the sample's decisions
@@ -440,6 +464,39 @@ def report_json(traces, *extra):
     return json.loads(result.stdout)
 
 
+def plain_responses(path: Path, prompt_tokens: int) -> Path:
+    """Twelve plain vLLM responses (no speculative_decoding metrics) 10 s apart, each alone at
+    concurrency 1: 11 output tokens, 10 after the first in 180, 200 or 220 ms in turn, so
+    t0(1) = 4 · (180 + 200 + 220) / (12 · 10) = 20 ms per token; ``prompt_tokens`` each."""
+    lines = [{"id": f"chatcmpl-base-{i}", "object": "chat.completion", "created": 1795867200 + 10 * i, "model": "m",
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "length"}],
+              "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + 11, "completion_tokens": 11},
+              "metrics": {"time_to_first_token_ms": 30.0, "generation_time_ms": (180.0, 200.0, 220.0)[i % 3],
+                          "queue_time_ms": 0.0}} for i in range(12)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+# Per fixture, by hand from its requests (decode = first token to finish, ms; tokens = output − 1):
+#   vllm_responses.jsonl: 4 timed of 6 (10 in 300, 5 in 60, 9 in 50, 8 in 100; seconds apart: concurrency 1 each);
+#     all 6 have 10 + 5 + 9 + 8 + 12 + 6 = 50 tokens. At t0(1) = 20: 32 · 20 / 510
+#   chat_stream.sse: 1 timed, 9 tokens in 90 ms: 9 · 20 / 90 = 2
+#   aiperf: 5 timed of 6. Decode windows (s after 05:00:00): A [7.7888, 7.8304] alone, 1; B [8.08, 10.4005]
+#     holds C [9.1, 9.5] and D [10.05, 10.3]: B (2.3205 + 0.4 + 0.25) / 2.3205 = 1.28 → 1.3, C and D 2; F [12.06,
+#     12.4] alone, 1. Only A (50 tokens in 41.638 ms) and F (29 in 340) ran where base did (concurrency 1; 1.3 lies
+#     above base's cell, which held 1.0 only): 79 · 20 / 381.638; all 6: 566 + 8 (E, no first token) = 574 tokens
+#   llamacpp: 2 timed, alone: 199 in 11,082.606 and 664 in 20,629.211 ms: 863 · 20 / 31,711.817
+RESPONSE_CASES = {
+    "vllm_responses.jsonl": {"timed": 4, "speedup": 32 * 20 / 510, "coverage": 32 / 50, "loads": [1.0, 1.0],
+                             "matched": 4},
+    "streams/chat_stream.sse": {"timed": 1, "speedup": 2.0, "coverage": 1.0, "loads": [1.0, 1.0], "matched": 1},
+    "aiperf/profile_export.jsonl": {"timed": 5, "speedup": 79 * 20 / 381.638, "coverage": 79 / 574,
+                                    "loads": [1.0, 2.0], "matched": 2},
+    "llamacpp/responses.jsonl": {"timed": 2, "speedup": 863 * 20 / 31711.817, "coverage": 1.0, "loads": [1.0, 1.0],
+                                 "matched": 2},
+}
+
+
 @pytest.mark.parametrize("source, fixture", [
     ("vllm-responses", "vllm_responses.jsonl"),
     ("vllm-responses", "streams/chat_stream.sse"),
@@ -447,29 +504,62 @@ def report_json(traces, *extra):
     ("llamacpp-log", "llamacpp/responses.jsonl"),
 ])
 def test_response_imports_are_decided_on_their_timings(tmp_path, source, fixture):
-    traces = import_pair(tmp_path, source, fixture)
-    with api.open_traces(traces) as ws:
-        # the requests a TPOT speedup can count: more than one output token, both times known
-        (timed,) = ws.con.execute("""select count(*) from requests where deployment_id = 'spec' and
-                                     output_tokens > 1 and first_token_time is not null and
-                                     finish_time is not null""").fetchone()
-    assert 0 < timed < 10
-    doc = report_json(traces)
+    from click.testing import CliRunner
+
+    from analyzer.analysis.config import parse_config
+    from analyzer.cli import main
+
+    hand = RESPONSE_CASES[fixture]
+    # the plain fixture's 2 responses, each alone (concurrency 1): base's cell 1 holds 2 requests, below the 10 a
+    # point of its curve needs ([evidence] min_baseline_requests), so no speedup is matched, and nothing decides.
+    # Both sides ran at concurrency 1: the verdict must not say they were never at comparable loads
+    doc = report_json(import_pair(tmp_path, source, fixture))
     spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
     v = next(x for x in doc["verdict"] if x["deployment_id"] == "spec")
-    assert (v["basis"], v["speedup"], v["num_requests"]) == ("tpot", spec["tpot_speedup"], timed)
-    assert spec["tpot_speedup_requests"] == timed and spec["tpot_speedup_interval"] is not None
-    # a handful of timed requests: never a decision on the speedup (latency that speculation made
-    # worse blocks only with enough requests too, so nothing here blocks either)
+    assert (spec["tpot_speedup"], spec["tpot_speedup_requests"]) == (None, hand["timed"])
+    assert (spec["matched"]["tpot"]["matched_units"], spec["matched"]["tpot"]["loads"],
+            spec["matched"]["tpot"]["baseline_loads"]) == (0, hand["loads"], [1.0, 1.0])
+    assert (v["basis"], v["action"], v["blocking"]) == ("tpot", "inconclusive", [])
+    assert "not matched on load" not in v["text"]
+
+    # twelve plain responses at concurrency 1 (t0(1) = 20 ms per token), prompts as long as spec's median (so
+    # the two are matched on what timings can match): spec's requests at concurrency 1 are matched
+    traces = tmp_path / "with-baseline"
+    baseline = plain_responses(tmp_path / "plain12.jsonl", round(spec["prompt_tokens_median"]))
+    for args in ([source, str(FIXTURES / fixture), "--deployment", "spec", "--method", "eagle3"],
+                 ["vllm-responses", str(baseline), "--deployment", "base", "--method", "none"]):
+        result = CliRunner().invoke(main, ["import", *args, "--model", "m", "--out", str(traces)])
+        assert result.exit_code == 0, result.output
+    lifted = parse_config({"evidence": {"min_requests": 1}}, source="test")
+    with api.open_traces(traces) as ws:
+        doc = api.report_document(ws)
+        lifted_doc = api.report_document(ws, config=lifted)
+    spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
+    v = next(x for x in doc["verdict"] if x["deployment_id"] == "spec")
+    assert spec["tpot_speedup"] == pytest.approx(hand["speedup"], rel=1e-12)
+    assert spec["tpot_speedup_coverage"] == pytest.approx(hand["coverage"], rel=1e-12)
+    matched = spec["matched"]["tpot"]
+    assert (matched["units"], matched["matched_units"], matched["loads"], matched["baseline_loads"]) == (
+        hand["timed"], hand["matched"], hand["loads"], [1.0, 1.0])
+    if hand["matched"] >= 2:
+        # the block jackknife's interval holds the hand value
+        lo, hi = spec["tpot_speedup_interval"]
+        assert lo < hand["speedup"] < hi
+    else:
+        # one request is one block of time: no spread to measure, no interval
+        assert spec["tpot_speedup_interval"] is None
+    assert (v["basis"], v["speedup"], v["num_requests"]) == ("tpot", spec["tpot_speedup"], hand["timed"])
+    # a handful of timed requests: never a decision on the speedup (latency that speculation made worse blocks
+    # only with enough requests too, so nothing here blocks either)
     assert v["action"] == "inconclusive" and v["blocking"] == []
-    assert f"it rests on {timed:,} request" in v["text"] and "(10 needed)" in v["text"]
-    assert v["settle"] == f"at least 10 of its requests (it has {timed}) would settle it"
-    # with the floor lifted the same traces decide, on the TPOT speedup and its interval
-    floor = tmp_path / "floor.toml"
-    floor.write_text("[evidence]\nmin_requests = 1\n")
-    v = next(x for x in report_json(import_pair(tmp_path / "again", source, fixture), "--config", floor)["verdict"]
-             if x["deployment_id"] == "spec")
-    assert v["action"] in ("ship", "dont_ship") and v["basis"] == "tpot"
+    assert f"it rests on {hand['timed']:,} request" in v["text"] and "(10 needed)" in v["text"]
+    assert v["settle"] == f"at least 10 of its requests (it has {hand['timed']}) would settle it"
+    # with the request floor lifted the same traces still do not decide: a jackknife over 2 to 5 requests of
+    # unlike rates (Welch df of 1 to 3) gives an interval that includes 1, and one request gives none
+    v = next(x for x in lifted_doc["verdict"] if x["deployment_id"] == "spec")
+    assert (v["action"], v["basis"]) == ("inconclusive", "tpot")
+    assert (("the interval includes 1, so the data can't tell whether it pays" if hand["matched"] >= 2 else
+             "there is no interval to tell noise from a gain") in v["text"])
 
 
 @pytest.mark.parametrize("source, fixture", [("sglang-responses", "sglang_responses.jsonl"),

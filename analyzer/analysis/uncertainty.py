@@ -356,6 +356,25 @@ class MatchedPair:
         sxx = float((txx - tx * tx / tokens).sum())
         return max(sxy / sxx, 0.0) if sxx > 0 else 0.0
 
+    def steady_blocks(self, side: str, mask: np.ndarray) -> np.ndarray:
+        """The fine blocks of ``side`` that hold data the speedup of the groups in ``mask``
+        reads, and whose deletion empties none of it (no baseline cell those groups use, no
+        stratum of theirs): the blocks whose deletion could move it."""
+        if side == "d":
+            strata = (self.strata if self.strata is not None else np.arange(self.d.shape[1]))[mask]
+            per = np.zeros((self.d.shape[0], int(strata.max()) + 1 if len(strata) else 0))
+            np.add.at(per.T, strata, self.d[:, mask, 1].T)
+            holds = self.d[:, mask, 0].sum(axis=1) > 0
+            total = per.sum(axis=0)
+            keeps = ((total[None, :] - per) > 0) | (total[None, :] <= 0)
+        else:
+            used = np.unique(np.concatenate([self.lo[mask & (self.w_lo > 0)],
+                                             self.hi[mask & (self.hi >= 0) & (self.w_hi > 0)]]))
+            tokens = self.b[:, used, 0]
+            holds = tokens.sum(axis=1) > 0
+            keeps = (tokens.sum(axis=0)[None, :] - tokens) > 0
+        return np.flatnonzero(holds & keeps.all(axis=1))
+
     def delete_each(self, side: str, ids: np.ndarray) -> np.ndarray:
         """Statistics with each block of ``side`` ("d" or "b") deleted in turn; ``ids`` maps
         each fine block of the side to its block. [K, subsets]."""
@@ -431,6 +450,20 @@ def matched_interval(pair: MatchedPair, level: float = 0.95, max_blocks: int | N
         # it could not match) leave it where it is, and a run of them would read as
         # autocorrelation
         relevant = np.flatnonzero(_moves(fine[:, 0], theta[0]))
+        if not len(relevant):
+            # No deletion moves it. Where two or more blocks hold its data and deleting each
+            # empties none of it (units that agree exactly, as identical requests do), the
+            # side's jackknife variance is 0, not unknown: more such data would never give
+            # another value. Blocks without its data still say nothing.
+            lengths[label], coarse[label] = 1, 1
+            masks = [np.ones(pair.d.shape[1], dtype=bool), *pair.subsets.values()]
+            for i, name in enumerate(names):
+                steady = pair.steady_blocks(side, masks[i])
+                if (len(steady) >= 2 and np.isfinite(theta[i]) and np.isfinite(fine[steady, i]).all()
+                        and not _moves(fine[steady, i], theta[i]).any()):
+                    variance[label][name], moving[label][name] = 0.0, len(steady)
+                    coarse[label] = max(coarse[label], len(steady)) if i else len(steady)
+            continue
         pseudo = k_fine * theta[0] - (k_fine - 1) * fine[relevant, 0]
         length = block_length(pseudo) if len(relevant) else 1
         if max_blocks and len(relevant):

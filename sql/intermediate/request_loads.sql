@@ -76,7 +76,9 @@ select
     t.output_tokens,
     cast(round(case
         when t.finish_us > t.first_us then (p.f_finish - p.f_first) / (t.finish_us - t.first_us)
-        else p.level_at_first
+        -- no decode: its own finish, at the same time, sorts before its first token
+        -- (finishes first), so the level there leaves it out; itself included, +1
+        else p.level_at_first + 1
     end, 1) as decimal(18, 1)) as load,
     t.output_tokens - 1 as tokens,
     cast((t.finish_us - t.first_us) / 1000.0 as decimal(18, 6)) as time_ms,

@@ -6,7 +6,9 @@
 -- between the counts B logged at least min_log_intervals() intervals at (matched_weights).
 -- log_speedup_coverage is the share of D's usable log tokens in matched intervals. The
 -- counts say what it rests on and what was left out (log_intervals.left_out);
--- log_speedup_note says why there is no number, naming the import that would give one.
+-- log_speedup_note says why there is no number, naming the import that would give one:
+-- "not enough data" when B logged no count min_log_intervals() times, or logged the counts
+-- D ran at fewer times than that; "never at comparable loads" otherwise.
 -- Grain: one row per speculative deployment_id with engine-log intervals.
 with speculative as (
     select d.deployment_id, m.baseline_id, m.baseline_note
@@ -25,6 +27,17 @@ baseline_cells as (
     from matched_support
     where basis = 'logs'
     group by deployment_id
+),
+
+short_counts as (
+    -- D's unmatched running counts that B did log, in cells below the floor: the most
+    -- intervals B logged in such a cell (a longer log of B would match them)
+    select w.deployment_id, max(c.units) as most
+    from matched_weights as w
+    join matched_support as c
+        on c.basis = 'logs' and c.deployment_id = w.baseline_id and c.cell = load_cell(w.load) and not c.supported
+    where w.basis = 'logs' and not w.covered
+    group by w.deployment_id
 )
 
 select
@@ -60,6 +73,10 @@ select
             then 'not enough data: ' || s.baseline_id || ' logged no running-request count '
                  || min_log_intervals() || ' times (the most: ' || coalesce(c.most_in_a_cell, 0)
                  || '; [evidence] min_log_intervals)'
+        when k.deployment_id is not null
+            then 'not enough data: ' || s.baseline_id || ' logged the running-request counts this deployment ran at ('
+                 || cast(m.min_load as bigint) || '-' || cast(m.max_load as bigint) || ') fewer than '
+                 || min_log_intervals() || ' times (the most: ' || k.most || '; [evidence] min_log_intervals)'
         else 'no logs speedup: this deployment ran at ' || cast(m.min_load as bigint) || '-'
              || cast(m.max_load as bigint) || ' running requests and ' || s.baseline_id || ' at '
              || cast(m.baseline_min_load as bigint) || '-' || cast(m.baseline_max_load as bigint)
@@ -70,3 +87,4 @@ left join log_interval_counts as i on i.deployment_id = s.deployment_id
 left join log_interval_counts as b on b.deployment_id = s.baseline_id
 left join matched as m on m.deployment_id = s.deployment_id
 left join baseline_cells as c on c.deployment_id = s.baseline_id
+left join short_counts as k on k.deployment_id = s.deployment_id
