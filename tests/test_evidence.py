@@ -141,7 +141,8 @@ def test_the_floors_come_from_the_config(tmp_path):
     spec = spec_entry(doc)
     assert spec["speedup"] is None and spec["speedup_coverage"] == 0
     assert [(b["batch_bucket"], b["committed_share"], b["reason"]) for b in spec["uncovered_buckets"]] == [
-        ("1", pytest.approx(720 / 2320), "no_baseline_loads"), ("65-128", pytest.approx(1600 / 2320), "no_baseline_loads")]
+        ("1", pytest.approx(720 / 2320), "no_baseline_loads"),
+        ("65-128", pytest.approx(1600 / 2320), "no_baseline_loads")]
 
 
 def single_request_case(root, requests: int):

@@ -194,7 +194,8 @@ def test_a_bucket_without_a_baseline_is_off_and_the_buckets_above_it_take_its_k(
     the nearest lower bucket, 1's 0. At 100 every round costs twice cheap against t0 = 20:
     the cheap predictions again, and measured 20 · 20 · 232 / (2 · 20 · 860) = 2.698."""
     t = Traces().deployment("spec").deployment("base", "none")
-    take_turns(t, "spec", by_gamma(pooled_block(), 1, cheap), by_gamma(pooled_block() * 20, 100, lambda g: 2 * cheap(g)))
+    take_turns(t, "spec", by_gamma(pooled_block(), 1, cheap),
+               by_gamma(pooled_block() * 20, 100, lambda g: 2 * cheap(g)))
     take_turns(t, "base", plain(100, 20.0))
     doc = recommend_for(t.write(tmp_path))
     low, high = only_bucket(doc, "1"), only_bucket(doc, "65-128")
@@ -219,7 +220,7 @@ def test_never_run_and_undecided_buckets_between_two_paying_ones_keep_the_lower_
     and the never-run buckets 2, 3-4 and 9-16 take the nearest lower bucket's: one range."""
     t = Traces().deployment("spec", gamma=4).deployment("base", "none")
     take_turns(t, "spec", by_gamma(fixed_gamma_block(4), 1, lambda g: 14.4),
-        by_gamma(fixed_gamma_block(4), 5, lambda g: 33.616), by_gamma(fixed_gamma_block(4), 25, lambda g: 40.0))
+               by_gamma(fixed_gamma_block(4), 5, lambda g: 33.616), by_gamma(fixed_gamma_block(4), 25, lambda g: 40.0))
     take_turns(t, "base", plain(1, 10.0), plain(5, 10.0), plain(25, 20.0))
     doc = recommend_for(t.write(tmp_path))
     one, five, twenty_five = (only_bucket(doc, b) for b in ("1", "5-8", "17-32"))
@@ -236,11 +237,11 @@ def test_never_run_and_undecided_buckets_between_two_paying_ones_keep_the_lower_
 
 
 def test_a_hole_between_two_paying_buckets_needs_its_own_evidence(tmp_path):
-    """As above, but batch 5's rounds take 50 ms: 10 · 3.3616 / 5 = 0.672, below 1 by its
+    """As above, but batch 5's rounds take 50 ms: 10 · 3.3616 / 50 = 0.672, below 1 by its
     interval. Now 5-8 is off, and so are 9-16 (never run: the nearest lower bucket's k)."""
     t = Traces().deployment("spec", gamma=4).deployment("base", "none")
     take_turns(t, "spec", by_gamma(fixed_gamma_block(4), 1, lambda g: 14.4),
-        by_gamma(fixed_gamma_block(4), 5, lambda g: 50.0), by_gamma(fixed_gamma_block(4), 25, lambda g: 40.0))
+               by_gamma(fixed_gamma_block(4), 5, lambda g: 50.0), by_gamma(fixed_gamma_block(4), 25, lambda g: 40.0))
     take_turns(t, "base", plain(1, 10.0), plain(5, 10.0), plain(25, 20.0))
     doc = recommend_for(t.write(tmp_path))
     five = only_bucket(doc, "5-8")
@@ -255,7 +256,7 @@ def test_gamma_never_varied_keeps_it_where_it_pays_and_turns_it_off_elsewhere(tm
     10 · 3.3616 / 14.4 = 2.334 at batch size 1 and 20 · 3.3616 / 100 = 0.672 at 100."""
     t = Traces().deployment("spec", gamma=4).deployment("base", "none")
     take_turns(t, "spec", by_gamma(fixed_gamma_block(4), 1, cheap),
-        by_gamma(fixed_gamma_block(4) * 4, 100, lambda g: 20 + 20 * g))
+               by_gamma(fixed_gamma_block(4) * 4, 100, lambda g: 20 + 20 * g))
     take_turns(t, "base", plain(1, 10.0), plain(100, 20.0))
     doc = recommend_for(t.write(tmp_path))
     low, high = only_bucket(doc, "1"), only_bucket(doc, "65-128")
