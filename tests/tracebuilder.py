@@ -144,3 +144,21 @@ def lift_floors(con) -> None:
 OFFSETS_10 = (-0.5, 0.25, 0.5, -0.25, 0.0, 0.75, -0.75, 0.25, -0.5, 0.25)
 OFFSETS_20 = (-1.0, 0.5, 0.25, -0.5, 1.0, -0.25, 0.75, -0.75, 0.0, 0.5,
               -1.0, 0.25, 0.5, -0.5, 1.0, -0.25, 0.0, -0.75, 0.75, -0.5)
+
+
+def trend_ms(mean_ms: float, n: int, step: float = 0.01) -> list[float]:
+    """``n`` step times rising by ``step`` ms, centred on ``mean_ms``: mean_ms + step · (i − (n − 1)/2).
+    Their sum is exactly n · mean_ms (Σ (i − (n − 1)/2) = 0), so a t0 worked out from mean_ms
+    holds, while every block of time differs from the next: a side whose steps all take the
+    same time gives the speedup's block jackknife nothing to resample, so no interval
+    (analyzer/analysis/uncertainty.py counts only blocks whose deletion moves the speedup)."""
+    return [mean_ms + step * (i - (n - 1) / 2) for i in range(n)]
+
+
+def interleave(*sequences: list) -> list:
+    """The items of several sequences merged in time, each spread evenly over the whole: item i
+    of a sequence of n sits at (i + ½) / n. A deployment whose batch sizes take turns, as a
+    served load does, rather than one regime after another; a batch bucket confined to one
+    stretch of time falls in one or two of the jackknife's blocks and gets no useful interval."""
+    keyed = [((i + 0.5) / len(seq), j, i, item) for j, seq in enumerate(sequences) for i, item in enumerate(seq)]
+    return [item for *_, item in sorted(keyed, key=lambda k: k[:3])]

@@ -20,7 +20,8 @@ ranges"):
   below 1), not noise;
 - a bucket the deployment never ran at: below a bucket that pays, the nearest lower
   bucket's k (below the lowest, the lowest's), since a speedup falls as the batch grows;
-  above every bucket that pays, k = 0 (unmeasured).
+  above every bucket that pays, k = 0 (unmeasured), and so are the batch sizes beyond the
+  last bucket with decode-only steps that only other steps (prefills) reached, with a note.
 
 A deployment none of whose buckets is decided either way, whose speedup over all of its
 tokens passes, gets no ranges: it ships as configured.
@@ -116,7 +117,17 @@ def evidence_ranges(rec: dict[str, Any], config: Config) -> list[list[int]]:
         else:
             ranges.append([int(start), int(end), k])
     if largest is not None and largest > ranges[-1][1]:
-        ranges[-1][1] = int(largest)
+        # batch sizes beyond the last bucket with decode-only steps (prefill steps ran there):
+        # never measured, above every bucket that pays, so off until measured (as ``_unseen``)
+        start, end = ranges[-1][1] + 1, int(largest)
+        rec.setdefault("notes", []).append(
+            f"The deployment ran at batch sizes up to {end}, beyond its last bucket with decode-only steps "
+            f"({BUCKETS[last]}, to {ranges[-1][1]}): no decode step measured speculation there, so it is off "
+            f"from {start} to {end} until one does.")
+        if ranges[-1][2] == 0:
+            ranges[-1][1] = end
+        else:
+            ranges.append([start, end, 0])
     return ranges
 
 

@@ -60,7 +60,10 @@ all_tokens as (
 ),
 
 baseline_loads as (
-    select basis, deployment_id, min(min_load) as min_load, max(max_load) as max_load,
+    -- the loads the baseline measured: its supported cells only, as speedup_uncovered names
+    -- them (a cell below the [evidence] floors is no measurement the speedup could match)
+    select basis, deployment_id, min(min_load) filter (where supported) as min_load,
+           max(max_load) filter (where supported) as max_load,
            count(*) filter (where supported) as supported_cells
     from matched_support
     group by basis, deployment_id
