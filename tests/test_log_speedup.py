@@ -109,10 +109,11 @@ def test_a_count_resting_on_few_lines_does_not_decide(tmp_path, vllm_pair):
     assert curve(doc, "batch_bucket", "num_intervals", "baseline_intervals", "baseline_seconds_for_tokens", "speedup",
                  "counted") == [("1", 1, 5, None, None, False)]
     assert doc["log_load_curve"][0]["baseline_generation_tokens_per_s"] == pytest.approx(41.7, rel=1e-12)
-    # nothing decides; both logged 1 running, so the verdict must not say they were never at comparable loads
+    # nothing decides: no speedup at all is "unknown" (docs/metrics.md, verdict rule 3), with the floor's
+    # reason; both logged 1 running, so the verdict must not say they were never at comparable loads
     v = next(x for x in doc["verdict"] if x["deployment_id"] == "mtp")
-    assert (v["basis"], v["action"]) == ("logs", "inconclusive")
-    assert "not matched on load" not in v["text"]
+    assert (v["basis"], v["action"]) == ("logs", "unknown")
+    assert "not matched on load" not in v["text"] and "min_log_intervals" in v["text"]
 
 
 def test_each_interval_is_matched_at_its_own_running_count_and_the_floor_cuts_coverage(tmp_path):
@@ -252,8 +253,9 @@ def test_the_counters_only_report_shows_the_logs_speedup(tmp_path, vllm_pair):
     cells = [c.strip() for c in shown.strip("|").split("|")]
     # 72.0 / 41.7 = 1.727, without an interval (D's one interval is one block)
     assert cells[2] == with_interval(d["log_speedup"], None, None, suffix="×") == "1.73×"
-    # coverage; then D's matched intervals and B's at the counts it logged at least once (5 + 4); no "why not"
-    assert cells[3] == "100.0%" and cells[-3:] == ["1", "9", ""]
+    # coverage; then D's matched intervals and its running requests (1), B's intervals at the counts it logged at
+    # least once (5 + 4) and their running requests (1 and 2); no "why not"
+    assert cells[3] == "100.0%" and cells[4:] == ["1", "1", "9", "1-2", ""]
     assert "| mtp | 1 | 1 | 72.0 | 5 | 41.7 | 1.727× | yes |" in text
     # the baseline's intervals carry no drafts: the acceptance tables leave it out (the gates list it)
     counters = text.split("## Deployment gates")[0]

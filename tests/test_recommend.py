@@ -283,8 +283,12 @@ def test_gamma_never_varied_keeps_it_where_it_pays_and_turns_it_off_elsewhere(tm
     # 2 … 33-64 never ran, above the only bucket that pays: off
     assert doc["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 128, 0]]
     text = render_recommend_markdown(doc)
-    assert "| 1 | 4 | 10.000 | – | 2.334 | 1.000 | – | – | – | **2.334 (measured)** | 4 |" in text
-    assert "- 65-128: only γ = 4 ran, so round cost can't be extrapolated: its measured speedup 0.672 ≤ 1" in text
+    # the measured speedup with its interval, then the evidence that decides, then the search's columns
+    lo, hi = low["measured_speedup_interval"]
+    assert f"| 1 | 4 | 10.000 | – | 2.3× [{lo:.2g}, {hi:.2g}] | pays | 1.000 | – | – | – | **2.334 (measured)** | 4 |" in text
+    lo, hi = high["measured_speedup_interval"]
+    assert (f"- 65-128: measured 0.672× [{lo:.3g}, {hi:.3g}]: below 1 by its interval (the search: only γ = 4 ran, "
+            "so round cost can't be extrapolated: its measured speedup 0.672 ≤ 1 turns it off)") in text
 
 
 def test_the_fit_and_its_held_slope_are_shown_where_they_serve_a_length(tmp_path):

@@ -512,15 +512,16 @@ def test_response_imports_are_decided_on_their_timings(tmp_path, source, fixture
     hand = RESPONSE_CASES[fixture]
     # the plain fixture's 2 responses, each alone (concurrency 1): base's cell 1 holds 2 requests, below the 10 a
     # point of its curve needs ([evidence] min_baseline_requests), so no speedup is matched, and nothing decides.
-    # Both sides ran at concurrency 1: the verdict must not say they were never at comparable loads
+    # A cell below the floors is no load the baseline measured (baseline_loads null), so the speedup is unknown
+    # for the floors' reason, and the verdict must not say the two were never at comparable loads
     doc = report_json(import_pair(tmp_path, source, fixture))
     spec = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")
     v = next(x for x in doc["verdict"] if x["deployment_id"] == "spec")
     assert (spec["tpot_speedup"], spec["tpot_speedup_requests"]) == (None, hand["timed"])
     assert (spec["matched"]["tpot"]["matched_units"], spec["matched"]["tpot"]["loads"],
-            spec["matched"]["tpot"]["baseline_loads"]) == (0, hand["loads"], [1.0, 1.0])
-    assert (v["basis"], v["action"], v["blocking"]) == ("tpot", "inconclusive", [])
-    assert "not matched on load" not in v["text"]
+            spec["matched"]["tpot"]["baseline_loads"]) == (0, hand["loads"], None)
+    assert (v["basis"], v["action"], v["blocking"]) == ("tpot", "unknown", [])
+    assert "not matched on load" not in v["text"] and "min_baseline_requests" in v["text"]
 
     # twelve plain responses at concurrency 1 (t0(1) = 20 ms per token), prompts as long as spec's median (so
     # the two are matched on what timings can match): spec's requests at concurrency 1 are matched

@@ -67,7 +67,7 @@ def evidence_ranges(rec: dict[str, Any], config: Config) -> list[list[int]]:
     """Set each bucket's ``evidence``, ``recommended`` k and ``why`` in ``rec`` (the tuning
     search's document) by the rule of the module docstring, and return the ranges."""
     max_gamma = int(rec.get("num_speculative_tokens") or 0)
-    observed = [b for b in rec["buckets"] if b["batch_bucket"] in BUCKETS]
+    observed = [b for b in rec.get("buckets") or [] if b["batch_bucket"] in BUCKETS]
     if not observed or rec.get("baseline_id") is None:
         return []
     decided: dict[int, tuple[str, int]] = {}

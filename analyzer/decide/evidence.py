@@ -127,7 +127,9 @@ def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str], matched
                     "sides' logged generation throughput")
         return (d.get("log_speedup_evidence") or {}).get("note") or "the speedup from logs is unknown"
     if basis == "tpot":
-        return f"its baseline {d['baseline_id']} has no requests with both a first-token and a finish time"
+        # none of its requests timed, or too few at every concurrency: both leave no point of its curve
+        return (f"not enough data: its baseline {d['baseline_id']} ran no concurrency with enough requests that have "
+                "both a first-token and a finish time ([evidence] min_baseline_requests)")
     return "no steps, and no request timings or log intervals on both sides"
 
 

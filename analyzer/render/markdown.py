@@ -748,6 +748,14 @@ def _reconciliation(doc: dict) -> str:
             + ("\nCommon spans: " + "; ".join(f"{d} {a} – {b}" for d, a, b in spans) + ".\n" if spans else ""))
 
 
+def _running(loads: list[float] | None) -> str:
+    """A side's least and most running requests, "8-10" (or one count, or a dash)."""
+    if not loads:
+        return DASH
+    low, high = (f"{v:g}" for v in loads)
+    return low if low == high else f"{low}-{high}"
+
+
 def _log_speedup(doc: dict) -> str:
     """The speedup from engine logs alone (basis: logs) and its curve over the running-request buckets."""
     spec = [d for d in _spec(doc) if d.get("log_speedup_evidence") is not None]
@@ -755,18 +763,18 @@ def _log_speedup(doc: dict) -> str:
         return ""
     floor = spec[0]["log_speedup_evidence"]["min_intervals"]
     body = [(d["deployment_id"], d["baseline_id"] or DASH, with_interval_of(d, "log_speedup", "×"),
-             pct(d["log_speedup_coverage"]), num(e["buckets"]), num(e["intervals"]), num(e["baseline_intervals"]),
-             e["note"] or "")
+             pct(d["log_speedup_coverage"]), num(e["intervals"]), _running(e["loads"]), num(e["baseline_intervals"]),
+             _running(e["baseline_loads"]), e["note"] or "")
             for d in spec for e in [d["log_speedup_evidence"]]]
-    text = ("\nSpeedup from the engine logs (basis: logs): in each bucket of running requests, the time the "
-            "baseline would take for the deployment's generated tokens at the baseline's logged generation "
-            "throughput there, summed and divided by the time the deployment took; over the buckets where "
-            f"each logged at least {floor} usable interval{'s' if floor != 1 else ''} (a start, a throughput, "
-            "running requests above "
-            "0). Coverage is the share of the deployment's logged tokens in those buckets; the interval is a "
-            "95% bootstrap over the log intervals of both.\n\n"
-            + table(["deployment", "baseline", "logs speedup", "coverage", "buckets", "intervals",
-                     "baseline intervals", "why not"], body))
+    text = ("\nSpeedup from the engine logs (basis: logs): each of the deployment's usable log intervals (a "
+            "start, a throughput, running requests above 0) is matched with the baseline's seconds per generated "
+            "token at its own running-request count, interpolated between the counts the baseline logged at "
+            f"least {floor} time{'s' if floor != 1 else ''}; the seconds the baseline would take for the "
+            "deployment's tokens, summed and divided by the seconds the deployment took. Coverage is the share "
+            "of the deployment's logged tokens in matched intervals; the interval is a 95% block jackknife over "
+            "both sides' intervals in time order.\n\n"
+            + table(["deployment", "baseline", "logs speedup", "coverage", "matched intervals", "running reqs",
+                     "baseline intervals", "baseline running reqs", "why not"], body))
     curve = [r for r in doc.get("log_load_curve") or [] if r["deployment_id"] in {d["deployment_id"] for d in spec}]
     if curve:
         text += ("\nBy bucket of running requests: generation tokens per second of each (from the intervals "
