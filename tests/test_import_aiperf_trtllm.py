@@ -12,11 +12,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli import main
 from analyzer.ingest.importers.aiperf import import_aiperf_records
 from analyzer.ingest.importers.common import ImportInputError, MalformedInput, Overrides
 from analyzer.ingest.importers.trtllm_responses import import_trtllm_responses

@@ -11,11 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli import main
 from analyzer.ingest.importers import ImportInputError
 from analyzer.ingest.importers.prometheus import SGLANG_DEFINITION, import_prometheus, name_time
 from imported import rows, run, t

@@ -12,11 +12,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli import main
 from analyzer.ingest.importers import common
 from analyzer.ingest.importers import sglang_log as sl
 from analyzer.ingest.importers.common import ImportInputError, Overrides

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli import main
 from analyzer.ingest.importers import MalformedInput
 from analyzer.ingest.importers.common import read_jsonl
 from analyzer.ingest.importers.responses import Where

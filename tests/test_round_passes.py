@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from analyzer.api import open_traces
 from analyzer.cli import main
-from test_rules import load, rejected  # noqa: F401  (a fixture and a helper shared with the row-rule tests)
+from test_rules import load, rejected  # noqa: F401, F811  (a fixture and a helper shared with the row-rule tests)
 from tracebuilder import deployment, request, round_row, step, write_traces
 
 ROOT = Path(__file__).resolve().parents[1]
