@@ -19,6 +19,10 @@ from analyzer.decide.gates import blocking_checks, evaluate_gates
 from analyzer.render.gates import render_gates_markdown
 from tracebuilder import deployment, round_row, write_table, write_traces, request, step
 
+# half a latency bin (analysis/latency_intervals.py, HALF_BIN): each percentile interval is widened by it on
+# either side, a ratio's by a whole bin, so a sample whose replicates all read one bin still gets its width
+H = math.exp(0.005)
+
 # --------------------------------------------------------------------------- builders
 
 
@@ -103,13 +107,14 @@ def test_correctness_pass_fail_unknown(gates_of):
     ok = g[("allok", "correctness")]
     assert check(ok, "match_rate")["status"] == "pass" and check(ok, "match_rate")["value"] == 1.0
     # its failed share, 0 of 3 against base's 0 of 1, can't show it held: Newcombe's interval of
-    # the rise is [−z²/(1 + z²), z²/(3 + z²)] (Wilson's upper bound of 0 of n is z²/(n + z²),
-    # z² = 2.7055) = [−73.0 %, +47.4 %], across the tolerated 1 point: unknown, so is the gate
+    # the rise squares and adds each share's exact (Clopper-Pearson) 90 % bounds; the upper bound
+    # of 0 of n is 1 − 0.05^(1/n): [0 − 0.95, 0 + (1 − 0.05^(1/3))] = [−95.0 %, +63.2 %], across
+    # the tolerated 1 point: unknown, so is the gate
     failed = check(ok, "failed_share")
     assert failed["status"] == "unknown"
-    assert failed["rise_interval"] == pytest.approx([-2.7055434541 / 3.7055434541, 2.7055434541 / 5.7055434541])
+    assert failed["rise_interval"] == pytest.approx([-0.95, 1 - 0.05 ** (1 / 3)])
     assert ok["status"] == "unknown"
-    assert ok["reason"] == ("failed_share: the rise over base's share lies in [-73.0%, +47.4%] (90%): it can't tell "
+    assert ok["reason"] == ("failed_share: the rise over base's share lies in [-95.0%, +63.2%] (90%): it can't tell "
                             "a rise of more than 1.0% from noise")
     null = g[("allnull", "correctness")]
     assert null["status"] == "unknown"
@@ -342,30 +347,32 @@ def test_latency_percentiles_against_thresholds(gates_of):
     # largest with probability e^-1 = 37 % and keeps it with 63 %: each interval runs from a
     # smaller request to the largest one's bin (5000: 100 ln = 851.72 → e^8.515 = 4,989.0;
     # 60: 409.43 → e^4.095 = 60.04; 300: e^5.705 = 300.37), across the target, so none of
-    # them decides
+    # them decides (each widened by half a bin, e^0.005: the bins' quantisation never narrows it)
     assert [c["status"] for c in gate["checks"]] == ["unknown"] * 3
-    for c, target, top in zip(gate["checks"], (2000, 60, 250), (4989.05, 60.039, 300.37)):
+    for c, target, top in zip(gate["checks"], (2000, 60, 250), (4989.05 * H, 60.039 * H, 300.37 * H)):
         assert c["interval"][0] <= target < c["interval"][1] == pytest.approx(top, rel=1e-3)
         assert c["reason"].startswith("its 95% interval [") and c["reason"].endswith(f"includes the target ({target:,} ms)")
     assert gate["status"] == "unknown"
 
-    # ten requests, each with base's values: each interval is the value's bin alone, and with
-    # no baseline the target alone decides: 4,793 > 2000 fails, 58.26 ≤ 60 passes, 291.5 > 250
-    # fails
+    # ten requests, each with base's values: each interval is the value's bin alone, widened by half a
+    # bin each side, and with no baseline the target alone decides: [4,770, 4,817] > 2000 fails,
+    # [57.98, 58.56] ≤ 60 passes, [290.0, 293.0] > 250 fails
     tables = alone_tables()
     gate = gates_of(**tables)[("spec", "latency")]
     assert [c["value"] for c in gate["checks"]] == pytest.approx([4816.0, 58.0, 291.2])
-    assert [c["interval"] for c in gate["checks"]] == [pytest.approx([4793.42, 4793.42], rel=1e-5),
-                                                       pytest.approx([58.265, 58.265], rel=1e-4),
-                                                       pytest.approx([291.49, 291.49], rel=1e-4)]
+    assert [c["interval"] for c in gate["checks"]] == [pytest.approx([4793.42 / H, 4793.42 * H], rel=1e-5),
+                                                       pytest.approx([58.265 / H, 58.265 * H], rel=1e-4),
+                                                       pytest.approx([291.49 / H, 291.49 * H], rel=1e-4)]
     assert [c["status"] for c in gate["checks"]] == ["fail", "pass", "fail"]
     assert gate["status"] == "fail"
     loose = config("[gates.latency]\nttft_p99_ms = 5000\nmax_stall_p99_ms = 300")
     gate = gates_of(loose, **tables)[("spec", "latency")]
     assert gate["status"] == "pass" and gate["reason"] is None
-    # inclusive: a target equal to the TPOT's bin, e^4.065 = 58.265, passes; 57.5, below the
-    # value and its bin, fails
-    for target, status in ((math.exp(4.065), "pass"), (57.5, "fail")):
+    # inclusive: a target equal to the top of the TPOT's interval, its bin e^4.065 widened by half a
+    # bin, e^4.07 = 58.56, passes; its bin alone, 58.265, lies inside the interval: unknown; 57.5,
+    # below the interval (57.97), fails
+    # (the top as computed, e^4.065 · e^0.005, to within a rounding of the last bit)
+    for target, status in ((math.exp(4.065) * H * (1 + 1e-12), "pass"), (math.exp(4.065), "unknown"), (57.5, "fail")):
         tight = config(f"[gates.latency]\nttft_p99_ms = 5000\nmax_stall_p99_ms = 300\ntpot_p95_ms = {target!r}")
         gate = gates_of(tight, **tables)[("spec", "latency")]
         assert [c["status"] for c in gate["checks"]] == ["pass", status, "pass"]
@@ -414,20 +421,23 @@ def test_latency_is_compared_with_the_baseline_at_the_same_load(gates_of):
     # TTFT 5297.6 vs 4816 (bins 5,297.6 and 4,793.4): both past 2000, the ratio e^0.10 = 1.105
     # within 1 + 25 %: the service level, shared
     assert ttft["value"] == pytest.approx(4816 * 1.1) and ttft["baseline_value"] == pytest.approx(4793.42, rel=1e-5)
-    assert ttft["baseline_interval"] == pytest.approx([4793.42, 4793.42], rel=1e-5)
-    assert ttft["ratio"] == pytest.approx(math.exp(0.10)) and ttft["ratio_interval"] == pytest.approx([math.exp(0.10)] * 2)
+    # every replicate gives the same bins: the intervals are the bin widened by half a bin each side,
+    # and the ratio's by a bin (two half bins)
+    assert ttft["baseline_interval"] == pytest.approx([4793.42 / H, 4793.42 * H], rel=1e-5)
+    assert ttft["ratio"] == pytest.approx(math.exp(0.10))
+    assert ttft["ratio_interval"] == pytest.approx([math.exp(0.10) / H**2, math.exp(0.10) * H**2])
     assert ttft["worsening"] == pytest.approx(math.exp(0.10) - 1) and ttft["max_worsening"] == 0.25
     assert ttft["status"] == "shared"
-    assert ttft["reason"] == ("base misses it too at the same load (4,793 ms, [4,793, 4,793] ms), within 25%: "
+    assert ttft["reason"] == ("base misses it too at the same load (4,793 ms, [4,770, 4,817] ms), within 25%: "
                               "the service level, not speculation")
     # TPOT 63.8 (bin 63.75 > 60) vs 58 (bin 58.26 ≤ 60): it misses the target base meets at the
     # same load, though +10 % is within the tolerance
     assert tpot["value"] == pytest.approx(63.8) and tpot["status"] == "fail"
-    assert tpot["reason"] == "misses the target, which base meets at the same load (58 ms, [58, 58] ms)"
+    assert tpot["reason"] == "misses the target, which base meets at the same load (58 ms, [58, 59] ms)"
     # stall 436.8 vs 291.2: both past 250, the ratio e^0.40 = 1.49 beyond 1 + 25 %
     assert stall["value"] == pytest.approx(436.8) and stall["status"] == "fail"
-    assert stall["ratio_interval"] == pytest.approx([math.exp(0.40)] * 2)
-    assert stall["reason"] == "1.49× base's at the same load ([1.49, 1.49]), beyond the tolerance of 25%"
+    assert stall["ratio_interval"] == pytest.approx([math.exp(0.40) / H**2, math.exp(0.40) * H**2])
+    assert stall["reason"] == "1.49× base's at the same load ([1.48, 1.51]), beyond the tolerance of 25%"
     assert spec["status"] == "fail"
     assert [c["name"] for c in blocking_checks(list(g.values()), "spec")] == ["tpot_p95_ms", "max_stall_p99_ms"]
 
@@ -440,8 +450,8 @@ def test_a_worsening_inside_the_target_is_a_finding_not_a_block(gates_of):
     g = gates_of(loose, **pair_tables(ttft_scale=1.3))
     ttft = check(g[("spec", "latency")], "ttft_p99_ms")
     assert ttft["value"] == pytest.approx(6260.8) and ttft["status"] == "pass" and ttft["reason"] is None
-    assert ttft["ratio_interval"] == pytest.approx([math.exp(0.27)] * 2)
-    assert ttft["finding"] == "131% of base's at the same load ([1.31, 1.31] as a ratio), inside the target"
+    assert ttft["ratio_interval"] == pytest.approx([math.exp(0.27) / H**2, math.exp(0.27) * H**2])
+    assert ttft["finding"] == "131% of base's at the same load ([1.30, 1.32] as a ratio), inside the target"
     assert g[("spec", "latency")]["status"] == "pass"
     assert blocking_checks(list(g.values()), "spec") == []
     # ×1.2: the ratio e^0.19 = 1.209 lies within the tolerance: no finding either
@@ -464,7 +474,7 @@ def test_the_tolerance_per_check(gates_of):
     g = gates_of(everywhere, **pair_tables(ttft_scale=1.1))
     ttft = check(g[("spec", "latency")], "ttft_p99_ms")
     assert (ttft["status"], ttft["max_worsening"]) == ("fail", 0.05)
-    assert ttft["reason"] == "1.11× base's at the same load ([1.11, 1.11]), beyond the tolerance of 5%"
+    assert ttft["reason"] == "1.11× base's at the same load ([1.09, 1.12]), beyond the tolerance of 5%"
 
 
 def test_without_a_baseline_value_only_the_threshold_decides(gates_of):
@@ -493,7 +503,7 @@ def test_a_miss_decides_only_at_the_same_load_and_by_its_interval(gates_of):
     g = gates_of(deployments=[BASE, deployment("busy"), deployment("spread")],
                  **{t: base[t] + busy[t] + spread[t] for t in ("requests", "steps", "rounds")})
     stall = check(g[("busy", "latency")], "max_stall_p99_ms")
-    assert stall["interval"] == pytest.approx([401.42, 401.42], rel=1e-4)       # 400: 599.15 → e^5.995
+    assert stall["interval"] == pytest.approx([401.42 / H, 401.42 * H], rel=1e-4)       # 400: 599.15 → e^5.995
     assert (stall["matched_share"], stall["baseline_value"], stall["load"], stall["baseline_load"]) == (
         0.0, None, 4.0, 1.0)
     assert stall["status"] == "unknown"
@@ -504,11 +514,11 @@ def test_a_miss_decides_only_at_the_same_load_and_by_its_interval(gates_of):
     stall = check(g[("spread", "latency")], "max_stall_p99_ms")
     # the value: numpy's p99 of the twenty, 330 + 0.81 · 120 = 427.2
     assert stall["value"] == pytest.approx(427.2)
-    assert stall["interval"] == pytest.approx([328.652, 448.093], rel=1e-5)
-    assert stall["ratio_interval"] == pytest.approx([math.exp(0.09), math.exp(0.40)])
+    assert stall["interval"] == pytest.approx([328.652 / H, 448.093 * H], rel=1e-5)
+    assert stall["ratio_interval"] == pytest.approx([math.exp(0.09) / H**2, math.exp(0.40) * H**2])
     assert stall["status"] == "unknown"
-    assert stall["reason"] == ("misses the target; at the same load base gives 300 ms ([300, 300] ms) and the ratio "
-                               "[1.09, 1.49] can't tell speculation's share from the service level's")
+    assert stall["reason"] == ("misses the target; at the same load base gives 300 ms ([299, 302] ms) and the ratio "
+                               "[1.08, 1.51] can't tell speculation's share from the service level's")
     assert blocking_checks(list(g.values()), "busy") == blocking_checks(list(g.values()), "spread") == []
 
 

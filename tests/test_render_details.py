@@ -59,11 +59,11 @@ def finding_doc(speedup: float) -> dict:
 
 def test_findings_sentence_near_one():
     text = markdown._findings(finding_doc(0.9962))
-    assert "- **spec** (eagle, γ=4): 0.996× the throughput of base (slower), over 90.0% of its tokens" in text
+    assert "- **spec** (eagle, γ=4): 0.996× the throughput of base at the same batch sizes (slower), over 90.0% of its tokens" in text
     assert "1.00×" not in text
     text = markdown._findings(finding_doc(1.00001))
-    assert "1.000× the throughput of base (no faster)" in text
-    assert "1.19× the throughput of base (faster)" in markdown._findings(finding_doc(1.19))
+    assert "1.000× the throughput of base at the same batch sizes (no faster)" in text
+    assert "1.19× the throughput of base at the same batch sizes (faster)" in markdown._findings(finding_doc(1.19))
 
 
 def test_findings_nan_speedup_is_unknown():
