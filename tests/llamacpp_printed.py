@@ -152,11 +152,18 @@ def all_channels_report(run_dir: Path, deployment: str, tmp_path: Path, plain_di
     return doc, specan("report", root).stdout
 
 
+# The plain server's 12 requests ran together, at concurrency 7.8-12.0 by their timings: at most 4 of
+# them in any load cell, below the [evidence] floor of 10 a point of its curve needs. Lifting the floor
+# to one request shows the comparison itself.
+LIFTED_FLOORS = "[evidence]\nmin_baseline_requests = 1\n"
+
+
 def channels_agree(run_dir: Path, deployment: str, tmp_path: Path, plain_dir: Path,
                    decides: bool) -> tuple[dict, str]:
     """The report on all channels of a run beside the plain server: no row rejected, four channels that
     agree, each with exactly the totals llama.cpp printed, and a What to do line resting on 12 requests on
-    each side (above the [evidence] floors of 10). ``decides``: the line decides (on kept runs; a live
+    each side, not enough at any one concurrency for the [evidence] floor of 10 (unknown), and with that
+    floor lifted a line that rests on them. ``decides``: the line decides (on kept runs; a live
     run's timings vary with the machine's load, so its speedup interval may straddle the threshold)."""
     doc, md = all_channels_report(run_dir, deployment, tmp_path, plain_dir)
     printed = log_request_totals(run_dir / "server.log")
@@ -171,8 +178,30 @@ def channels_agree(run_dir: Path, deployment: str, tmp_path: Path, plain_dir: Pa
     assert "## Channels agree?" in md, md[:3000]
     verdict = next(v for v in doc["verdict"] if v["deployment_id"] == deployment)
     assert (verdict["basis"], verdict["num_requests"], verdict["baseline_num_requests"]) == ("tpot", 12, 12), verdict
-    assert verdict["speedup_interval"] is not None and verdict["action"] != "unknown", verdict
-    if decides:
-        assert verdict["action"] not in ("unknown", "inconclusive"), verdict
+    # by default, not enough data: no load cell of the plain server holds 10 of its requests
+    assert (verdict["action"], verdict["speedup_interval"]) == ("unknown", None), verdict
+    assert "[evidence] min_baseline_requests" in verdict["text"], verdict
     assert re.search(rf"(?m)^## What to do\n\n- .*\b{deployment}\b", md), md[:3000]
+    # with the floor lifted, each request of the run is matched at its own concurrency
+    config = tmp_path / "lifted.toml"
+    config.write_text(LIFTED_FLOORS)
+    doc = json.loads(specan("report", tmp_path / "all", "--format", "json", "--config", config).stdout)
+    verdict = next(v for v in doc["verdict"] if v["deployment_id"] == deployment)
+    low, high, b_low, b_high = verdict_loads(doc, deployment)
+    if high < b_low or low > b_high:
+        # the run and the plain server never ran at comparable concurrency (the drafts finish requests
+        # sooner, so fewer run at once): the verdict says so, naming both ranges, and does not decide
+        assert (verdict["action"], verdict["speedup_interval"]) == ("inconclusive", None), verdict
+        assert "not matched on load" in verdict["text"], verdict
+    else:
+        assert verdict["speedup_interval"] is not None and verdict["action"] != "unknown", verdict
+        if decides:
+            assert verdict["action"] not in ("unknown", "inconclusive"), verdict
     return doc, md
+
+
+def verdict_loads(doc: dict, deployment: str) -> tuple[float, float, float, float]:
+    """The least and most concurrency of a deployment's timed requests, then its baseline's."""
+    d = next(x for x in doc["deployments"] if x["deployment_id"] == deployment)
+    (low, high), (b_low, b_high) = d["matched"]["tpot"]["loads"], d["matched"]["tpot"]["baseline_loads"]
+    return low, high, b_low, b_high

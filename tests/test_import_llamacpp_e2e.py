@@ -59,6 +59,6 @@ def test_all_channels_of_a_run_agree_in_the_report(run, tmp_path):
     doc, _ = channels_agree(FIXTURES / run, run.replace("/", "-"), tmp_path, FIXTURES / "plain", decides=True)
     verdict = next(v for v in doc["verdict"] if v["deployment_id"] == run.replace("/", "-"))
     # a draft that is never accepted costs its forward passes for nothing: well below the plain server
-    # (0.14× [0.12, 0.19] at length 4, 0.21× [0.19, 0.25] at 2 in the kept runs)
-    if run.endswith("other"):
+    # where the two ran at comparable concurrency (channels_agree checks the verdict where they did not)
+    if run.endswith("other") and verdict["speedup_interval"] is not None:
         assert verdict["action"] == "dont_ship" and verdict["speedup_interval"][1] < 0.5, verdict

@@ -308,7 +308,7 @@ def test_load_out_then_report_the_directory_on_a_laptop(spark, tmp_path):
             "cost_steps, itl_gaps, log_intervals, output_tokens_mismatch, request_acceptance, request_anomalies, "
             "request_decode_buckets, request_gaps_unpacked, request_latency, request_repetition, request_rounds, "
             "request_stalls, round_facts, round_group_cells, slice_metrics, slice_requests, slice_speedup, "
-            "step_rounds, stream_emissions stay on the cluster; the other views are here)") in rounds.output
+            "step_loads, step_rounds, stream_emissions stay on the cluster; the other views are here)") in rounds.output
 
 
 def test_validate_and_sql_on_spark(spark, tmp_path):
