@@ -304,11 +304,12 @@ def test_load_out_then_report_the_directory_on_a_laptop(spark, tmp_path):
     assert rounds.exit_code == 2
     # the input tables that stayed, then every view that reads them (the per-request ones
     # ran on the cluster and came back reduced)
-    assert ("(reduced traces: rounds, steps, requests, intervals, baseline_decode_buckets, channel_counts, "
-            "cost_steps, itl_gaps, log_intervals, output_tokens_mismatch, request_acceptance, request_anomalies, "
-            "request_decode_buckets, request_gaps_unpacked, request_latency, request_repetition, request_rounds, "
-            "request_stalls, round_facts, round_group_cells, slice_metrics, slice_requests, slice_speedup, "
-            "step_loads, step_rounds, stream_emissions stay on the cluster; the other views are here)") in rounds.output
+    assert ("(reduced traces: rounds, steps, requests, intervals, baseline_decode_buckets, batch_size_requests, "
+            "channel_counts, cost_steps, itl_gaps, log_intervals, matched_units, output_tokens_mismatch, "
+            "request_acceptance, request_anomalies, request_decode_buckets, request_gaps_unpacked, request_latency, "
+            "request_loads, request_repetition, request_rounds, request_stalls, round_facts, round_group_cells, "
+            "slice_metrics, slice_requests, slice_speedup, step_loads, step_rounds, stream_emissions stay on the "
+            "cluster; the other views are here)") in rounds.output
 
 
 def test_validate_and_sql_on_spark(spark, tmp_path):
