@@ -21,6 +21,22 @@ from analyzer.analysis.config import load_config
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("SPECAN_THREADS", "1")
 
+# The groups of tests that run on one xdist worker each (--dist loadgroup), longest first:
+# xdist hands out work in the order collected, so a group collected last (test_spark*
+# sorts near the end) would start when the other tests are nearly done and run alone at
+# the end. First, it runs beside them and the run ends when both workers' queues do.
+LONG_GROUPS = ("spark", "spark-cluster", "llamacpp_e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    def group(item) -> int:
+        marker = item.get_closest_marker("xdist_group")
+        name = marker.args[0] if marker and marker.args else marker.kwargs.get("name") if marker else None
+        return LONG_GROUPS.index(name) if name in LONG_GROUPS else len(LONG_GROUPS)
+
+    items.sort(key=group)       # stable: the order within a group, and of the rest, is kept
+
+
 # The user's cache home as the run found it, before private_cache_home below moves it for
 # every test: the llama.cpp end-to-end build is cached there (e2e/llamacpp/build.sh).
 USER_CACHE_HOME = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

@@ -1,10 +1,16 @@
 """The Spark engine on a real cluster: a standalone master and one worker on 127.0.0.1
 (tests/spark_cluster.py), the executors in their own JVMs at Spark's default 1 GB heap.
 
-The parity tests of tests/test_spark.py run here again, against spark://127.0.0.1:PORT:
-the same document as the DuckDB engine, every key, the bootstrap intervals included, to
-1e-9. On a cluster specan keeps its tables as persisted blocks (a lost executor's are
-recomputed), or with --spark-checkpoint-dir as reliable checkpoints; both are run here.
+Of the parity tests of tests/test_spark.py, those whose work differs on a cluster run
+here again, against spark://127.0.0.1:PORT: the sample at full size (the kept tables as
+persisted blocks on the executor), the rejected rows the executors write, and `load --out`,
+whose Parquet the executors write from a partitioned file:// URI listed through Hadoop.
+Each gives the same document as the DuckDB engine, every key, the bootstrap intervals
+included, to 1e-9. The others run the same SQL on the same kinds of frames, and their
+traces are covered here by the ones that stay: the seed's traces three times below, the
+dirty traces by the rejected rows' test, the partitioned ones by `load --out`. On a
+cluster specan keeps its tables as persisted blocks (a lost executor's are recomputed),
+or with --spark-checkpoint-dir as reliable checkpoints; both are run here.
 `spark-submit` of the CLI is run once."""
 
 import json
@@ -19,14 +25,11 @@ import pytest
 from analyzer import api
 from spark_cluster import APP_CORES, HOST, cluster_environment, spark_home, start_cluster
 from test_spark import differences, document
-# the parity tests, collected again here with this module's `spark` fixture (the cluster)
-from test_spark import (test_channels_agree_on_spark, test_dirty_traces_reject_the_same_rows_and_report_the_same,  # noqa: F401
-                        test_load_out_then_report_the_directory_on_a_laptop,
-                        test_partitioned_traces_give_the_same_document,
-                        test_partitions_and_output_tokens_mismatch_on_spark, test_requests_to_look_at_on_spark,
+# the parity tests whose work differs on a cluster, collected again here with this module's
+# `spark` fixture (the cluster)
+from test_spark import (test_load_out_then_report_the_directory_on_a_laptop,  # noqa: F401
                         test_rejected_rows_are_written_by_the_executors_and_only_examples_come_back,
-                        test_sample_traces_give_the_same_document, test_the_seed_ledger_on_spark,
-                        test_validate_and_sql_on_spark)
+                        test_sample_traces_give_the_same_document)
 from test_metrics_seed import cheap, write_seed_traces
 
 # a group of its own: its driver is another xdist worker's JVM, beside test_spark.py's
