@@ -98,3 +98,14 @@ def test_reported_cluster_failures_are_one_line_naming_the_setting(text, starts,
     assert failure is not None and failure.exit_code == 3
     message = str(failure)
     assert "\n" not in message and message.startswith(starts) and names in message
+
+
+def test_the_spark_group_keeps_to_one_worker(request):
+    # --dist loadgroup (pyproject's addopts) runs a group's tests on one worker only when
+    # pytest-xdist can add the group to each test's id: with pytest 9 it cannot, and the
+    # Spark tests ran on both workers at once, each starting its own JVMs (and the cluster
+    # module its own cluster), past CI's time limit. pyproject keeps pytest below 9.
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@spark"), request.node.nodeid
+    else:
+        assert "PYTEST_XDIST_WORKER" not in os.environ or request.config.option.dist != "loadgroup"
