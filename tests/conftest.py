@@ -21,10 +21,10 @@ from analyzer.analysis.config import load_config
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("SPECAN_THREADS", "1")
 
-# The groups of tests that run on one xdist worker each (--dist loadgroup), longest first:
-# xdist hands out work in the order collected, so a group collected last (test_spark*
-# sorts near the end) would start when the other tests are nearly done and run alone at
-# the end. First, it runs beside them and the run ends when both workers' queues do.
+# The groups of tests that run on one xdist worker each (--dist loadgroup), collected first.
+# pytest-xdist 3.8 already hands out the scopes with the most tests first; collecting the
+# long groups first keeps that order where counts would not (a group of few, long tests,
+# such as the llama.cpp end-to-end run), so they start beside the other tests, not at the end.
 LONG_GROUPS = ("spark", "spark-cluster", "llamacpp_e2e")
 
 
