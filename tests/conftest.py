@@ -31,7 +31,7 @@ LONG_GROUPS = ("spark", "spark-cluster", "llamacpp_e2e")
 def pytest_collection_modifyitems(config, items):
     def group(item) -> int:
         marker = item.get_closest_marker("xdist_group")
-        name = marker.args[0] if marker and marker.args else marker.kwargs.get("name") if marker else None
+        name = (marker.args[0] if marker.args else marker.kwargs.get("name")) if marker else None
         return LONG_GROUPS.index(name) if name in LONG_GROUPS else len(LONG_GROUPS)
 
     items.sort(key=group)       # stable: the order within a group, and of the rest, is kept
