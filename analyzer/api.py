@@ -26,7 +26,7 @@ import duckdb
 
 from .errors import EnvironmentProblem, InputProblem
 from .ingest.rules import EXAMPLES_PER_REASON  # noqa: F401  re-exported for the CLI
-from .outputs import check_output, write_output  # noqa: F401  re-exported for the CLI and nightly
+from .outputs import check_output, output_target, write_output  # noqa: F401  re-exported for the CLI and nightly
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_in_place, load_traces,
                           name_unreadable_input, read_summary, with_hashed_fallback)
 from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
@@ -469,9 +469,11 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
     """Write clean tables and views to ``db``. It is built aside and renamed, so a failed
     load never leaves a half-written database behind. The file keeps to DuckDB's
     storage format ``STORAGE_COMPATIBILITY``, so older DuckDB CLIs open it.
+    Through a symbolic link it writes (and replaces) the link's target; a FIFO, a device
+    or a socket is refused, since DuckDB can only open a regular file.
     With ``by``, its ``slice_metrics`` view is keyed by those requests columns."""
     db = Path(db)
-    check_output(db)
+    check_output(db, regular_because="a DuckDB database must be a regular file")
     check_memory_limit(memory_limit)
     return with_hashed_fallback(lambda hashed: _write_database(
         traces, db, hashed, memory_limit=memory_limit, progress=progress, repeat_n=repeat_n,
@@ -480,7 +482,9 @@ def write_database(traces: str | Path, db: str | Path, *, memory_limit: str = DE
 
 def _write_database(traces, db: Path, hashed_links: frozenset[str], *, memory_limit, progress, repeat_n,
                     temp_dir, by) -> LoadSummary:
-    partial = db.with_name(db.name + ".partial")
+    # Built beside the link's target and renamed over it: the link stays a link.
+    target = output_target(db)
+    partial = target.with_name(target.name + ".partial")
     for leftover in (partial, Path(str(partial) + ".wal")):
         leftover.unlink(missing_ok=True)
     workdir = private_temp_dir(temp_dir)
@@ -499,7 +503,7 @@ def _write_database(traces, db: Path, hashed_links: frozenset[str], *, memory_li
             partial.unlink(missing_ok=True)
             raise
         con.close()
-        os.replace(partial, db)
+        os.replace(partial, target)
     finally:
         remove_temp_dir(workdir)
     return summary
