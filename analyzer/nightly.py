@@ -1,13 +1,15 @@
 """The scheduled report: one date's partitions, dated outputs, history and regression flags.
 
 ``run_nightly`` reads only the ``date=D`` partitions, writes
-``OUT/D/report.{md,json,html}`` (each checked before the analysis runs, written
-aside and renamed), compares D's headline metrics with up to
+``OUT/D/report.{md,json,html}`` (each checked before the analysis runs and written
+by ``outputs.write_output``: aside and renamed, through a symbolic link to its target,
+in place into a FIFO or a device), compares D's headline metrics with up to
 ``window_days`` earlier dates in ``OUT/history.parquet`` that were not flagged
 themselves (``decide.regression.check_regressions``: past the threshold and the window's
 robust spread, only with ``min_history_dates`` earlier dates, and from
 ``[nightly] accept_since`` on when D is on or after it), and then upserts D's
-rows into that history (written aside and renamed). The history holds no flags:
+rows into that history (written aside and renamed; it is read back, so it must be
+a regular file, or a link to one). The history holds no flags:
 they are replayed from its metrics on every run.
 
 Runs for different dates may overlap (a backfill with ``xargs -P``, long cron
@@ -70,8 +72,10 @@ def run_nightly(traces: str | Path, date: str, out: str | Path, *, config: Confi
     day_dir = out / day.isoformat()
     reports = {fmt: day_dir / f"report.{fmt}" for fmt in REPORT_FORMATS}
     # Before the analysis: a run that can't write its outputs says so at once, not at the end.
-    for path in (*reports.values(), history_path, history.lock_path(history_path)):
+    for path in reports.values():
         api.check_output(path, folders_created=True)
+    api.check_output(history_path, folders_created=True, regular_because=history.HISTORY_REGULAR)
+    api.check_output(history.lock_path(history_path), folders_created=True, regular_because=history.LOCK_REGULAR)
     ws = api.open_traces(traces, date=day.isoformat(), memory_limit=memory_limit, progress=progress,
                          temp_dir=temp_dir, cache=cache)
     try:

@@ -29,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import EnvironmentProblem
-from ..outputs import written_aside
+from ..outputs import output_target, written_aside
 
 # Seconds a run waits for another run's read-modify-write of the history.
 LOCK_TIMEOUT = 600.0
@@ -89,9 +89,17 @@ class HistoryLocked(EnvironmentProblem):
                          f"(another specan nightly is updating it; retry when it has finished)")
 
 
+# Why the history and its lock can't be a FIFO, a device or a socket (outputs.check_output):
+# the history is read back, the lock opened and locked, by every run.
+HISTORY_REGULAR = "the history is read back by the next run, so it must be a regular file"
+LOCK_REGULAR = "every run opens and locks it, so it must be a regular file"
+
+
 def lock_path(path: Path) -> Path:
-    """The lock file beside the history: ``history.parquet`` -> ``history.parquet.lock``."""
-    path = Path(path)
+    """The lock file beside the history: ``history.parquet`` -> ``history.parquet.lock``.
+    A history that is a symbolic link is written through to its target, so the lock is
+    beside the target: every link to one history takes the same lock."""
+    path = output_target(path)
     return path.with_name(path.name + ".lock")
 
 
@@ -155,8 +163,9 @@ def upsert(path: Path, day: pl.DataFrame, *, timeout: float = LOCK_TIMEOUT) -> p
 
 
 def write_atomic(path: Path, merged: pl.DataFrame) -> None:
-    """Write to a temporary file in the same directory, then rename over ``path``; the
-    history gets the mode the report files get (``outputs.written_aside``)."""
+    """Write to a temporary file in the same directory, then rename over ``path`` (through
+    a symbolic link, over its target); the history gets the mode the report files get
+    (``outputs.written_aside``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with written_aside(path) as tmp:
         merged.write_parquet(tmp)
