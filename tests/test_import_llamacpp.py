@@ -454,6 +454,30 @@ def test_per_round_debug_lines_become_rounds(tmp_path):
     assert_clean(out)
 
 
+def test_rounds_without_a_requests_row_are_kept_until_a_requests_table_lacks_them(tmp_path):
+    # issue 37: the note said the loader rejects such rounds while the report used them. rounds.log has
+    # no print_timing block for its one per-round request: no requests row, and no requests table at all
+    out, _ = imported(tmp_path, "rounds.log", start="2026-07-01T00:00:00")
+    (note,) = [n for n in notes(out) if "per-round lines but no requests row" in n]
+    assert note == ("1 request with per-round lines but no requests row (no print_timing block with its times, or "
+                    "no prompt length or stop reason in the log, and no matching response in this import): their "
+                    "rounds are written. The loader keeps them while the traces have no requests table, and "
+                    "rejects them (unknown_request) once a requests table, another import's, lacks their request; "
+                    "import the log together with the responses, or a whole debug log, to give them requests rows")
+    # as the note says: kept, and counted (16 drafted, 16 accepted: accept length 17)
+    result = run("validate", out)
+    assert "rejected rows: 0" in result.stdout
+    report = run("report", out).stdout
+    assert "Input rows: 1 deployments, 0 requests, 0 steps, 1 rounds; 0 rejected." in report
+    assert "| 16 | 1 | 1 | 100.0% | 100.0% | 100.0% | 1.000 |" in report      # its 16th draft position
+    # another import's requests table without the request: now rejected, unknown_request
+    imported(tmp_path, "responses.jsonl", deployment="other")
+    result = run("validate", out)
+    assert "rejected rows: 1" in result.stdout and "rounds       unknown_request                     1" in result.stdout
+    assert "Input rows: 2 deployments, 2 requests, 0 steps, 1 rounds; 1 rejected (unknown_request 1)." in \
+        run("report", out).stdout
+
+
 def test_speculative_cli_summaries_one_interval_each(tmp_path):
     out, summary = imported(tmp_path, "speculative.log", start="2026-01-01T00:00:00")
     got = [(r["series"], r["start_time"], r["end_time"], r["num_drafts"], r["num_draft_tokens"],

@@ -1082,7 +1082,8 @@ class _Import:
             for request, steps in kept_rounds.items():
                 rid = linked.get(request, request)
                 # without a requests row (counted in rounds_without_block / _request) the rounds are still
-                # written: the loader rejects them as unknown_request unless another import has the request
+                # written: the loader keeps them while the traces have no requests table, and rejects them as
+                # unknown_request once a requests table (another import's) lacks their request
                 rounds.add(dep, rid, [(d, a, a + 1) for d, a, _ in steps], stops.get(request),
                            arrivals.get(rid, self.rounds[request][0]))
                 context.extend(c for _, _, c in steps)
@@ -1163,8 +1164,9 @@ class _Import:
             n = c["rounds_without_block"] + c["rounds_without_request"]
             note(f"{plural(n, 'request')} with per-round lines but no requests row (no print_timing block with its "
                  "times, or no prompt length or stop reason in the log, and no matching response in this import): "
-                 "their rounds are written, and the loader rejects them (unknown_request) unless another import "
-                 "has their request; import the log together with the responses, or a whole debug log")
+                 "their rounds are written. The loader keeps them while the traces have no requests table, and "
+                 "rejects them (unknown_request) once a requests table, another import's, lacks their request; "
+                 "import the log together with the responses, or a whole debug log, to give them requests rows")
         if c["rounds_completed"]:
             note(f"{plural(c['rounds_completed'], 'request')}: the debug lines miss the round that ended the request "
                  "(llama.cpp returns before printing it); that round is the request's drafted and accepted tokens "
