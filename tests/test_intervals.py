@@ -151,3 +151,22 @@ def test_a_log_with_only_the_engines_accept_length(tmp_path):
     # len 2.17, 1.95, 1.80, 2.05, 1.80, 1.57 → mean 11.34 / 6 = 1.89
     assert "| sg | 2025-10-22 10:00:00 | 6 | – | – | – | – | – | – | – | 1.89 | 1.0 |" in report
     assert "in its own definition: tokens committed per request per verify step" in report
+
+
+def test_the_engines_definition_is_stated_once_without_contradicting_itself(tmp_path):
+    """vLLM's own definition of its printed accept length is 1 + accepted / drafts: the section
+    states it and no longer adds that it "is not recomputed as 1 + accepted / drafts" (issue 37).
+    The two columns differ because one is computed from the counts and the other is the mean of
+    the printed, rounded values."""
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parent / "fixtures" / "vllm.log"
+    out = tmp_path / "t"
+    assert CliRunner().invoke(main, ["import", "vllm-log", str(log), "--deployment", "v", "--year", "2026",
+                                     "--out", str(out)]).exit_code == 0
+    report = CliRunner().invoke(main, ["report", str(out)]).stdout
+    # 1 + 322 / 363 = 1.887 from the counts; the four printed values average 1.86
+    assert "| v | 2026-05-30 07:00:00 | 4 | 363 | 1,089 | 322 | 1.887 | 100.0% | 29.6% |" in report
+    assert ("\nThe engine's accept length is the mean of what it printed, rounded as printed, in its own "
+            "definition: 1 + accepted / drafts, as vLLM prints it (2 decimals).\n") in report
+    assert "recomputed" not in report

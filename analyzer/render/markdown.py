@@ -699,7 +699,7 @@ def _intervals(doc: dict) -> str:
                           if r.get("reported_accept_length_definition")})
     if definitions:
         text += ("\nThe engine's accept length is the mean of what it printed, rounded as printed, in its own "
-                 "definition: " + "; ".join(definitions) + ". It is not recomputed as 1 + accepted / drafts.\n")
+                 "definition: " + "; ".join(definitions) + ".\n")
     if load:
         text += ("\nAcceptance against load: intervals grouped by the requests running when they ended "
                  "(the log's `Running: N reqs`, a batch-size proxy).\n\n"
