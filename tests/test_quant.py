@@ -317,6 +317,18 @@ def test_missing_variants_are_named(tmp_path):
     assert "no throughput ratio: the steps table is absent, so round times are unknown" in entry["notes"]
 
 
+def test_the_finding_names_what_each_part_is_measured_against(result):
+    """The report's finding (issue 37): every ratio of the matrix is against the reference, so
+    the quant-only 1.60× is base-fp8 against base-bf16, not the combined deployment against its
+    quantized baseline, and the sentence says so. m2-int4 has no ratio: no finding."""
+    from analyzer.render.markdown import _quant_findings
+
+    assert _quant_findings({"quantization": result}) == [
+        "- **spec-fp8** is 2.75× base-bf16 (faster), quantization and speculation combined; quantization alone "
+        "(base-fp8 against base-bf16) is 1.60×; speculation alone (spec-bf16 against base-bf16) is 2.00× "
+        "(Quantization matrix)."]
+
+
 def test_markdown_section(result):
     text = render_quant_markdown(result)
     assert text.startswith("## Quantization matrix\n")

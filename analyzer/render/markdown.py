@@ -250,7 +250,10 @@ def _service_level_findings(doc: dict) -> list[str]:
 
 
 def _quant_findings(doc: dict) -> list[str]:
-    """The combined quantization result: a quantized speculative deployment against the model's reference."""
+    """The combined quantization result: a quantized speculative deployment against the model's
+    reference. Each part is named with what it is measured against, the same reference (the
+    matrix's throughput ratios), so that "quantization alone 1.39×" cannot be read as the
+    combined deployment against its quantized baseline, which its own finding gives."""
     lines = []
     for entry in (doc.get("quantization") or {}).get("models") or []:
         reference = (entry.get("reference") or {}).get("deployment_id")
@@ -258,13 +261,13 @@ def _quant_findings(doc: dict) -> list[str]:
             if c.get("combined_ratio") is None or reference is None:
                 continue
             shown, word = shown_ratio(c["combined_ratio"])
-            parts = [f"{c['quant_only_id']} (quantization alone) {shown_ratio(c['quant_only_ratio'])[0]}×"
-                     if c.get("quant_only_ratio") is not None else None,
-                     f"{c['spec_only_id']} (speculation alone) {shown_ratio(c['spec_only_ratio'])[0]}×"
-                     if c.get("spec_only_ratio") is not None else None]
+            parts = [f"quantization alone ({c['quant_only_id']} against {reference}) is "
+                     f"{shown_ratio(c['quant_only_ratio'])[0]}×" if c.get("quant_only_ratio") is not None else None,
+                     f"speculation alone ({c['spec_only_id']} against {reference}) is "
+                     f"{shown_ratio(c['spec_only_ratio'])[0]}×" if c.get("spec_only_ratio") is not None else None]
             alone = "; ".join(p for p in parts if p)
             lines.append(f"- **{c['deployment_id']}** is {shown}× {reference} ({word}), quantization and speculation "
-                         f"combined" + (f"; against {alone}" if alone else "") + " (Quantization matrix).")
+                         f"combined" + (f"; {alone}" if alone else "") + " (Quantization matrix).")
     return lines
 
 
