@@ -220,6 +220,62 @@ def test_ship_cap_as_configured_and_not_checked():
         ("off", "dont_ship"), ("unmeasured", "inconclusive")]
 
 
+def test_a_method_without_a_documented_per_batch_config_is_offered_its_one_length():
+    """vLLM 0.32.0 documents num_speculative_tokens_per_batch_size as tested with EAGLE, EAGLE-3
+    and DFlash only (issue 37): an ngram deployment is never told to ship with it. It ships as
+    configured, its num_speculative_tokens (the length its speedup was measured at), and the line
+    names the ranges section 13 finds as that option; where they turn speculation off, their
+    speedup on the same steps too."""
+    ngram = {"method": "ngram", **CONTEXT}
+    recs = {"cap": {"config_speedup": {"speedup": 1.62, "interval": [1.58, 1.66]},
+                    "buckets": [{"batch_bucket": "65-128", "evidence": "no_baseline"}]},
+            "slow": {"config_speedup": {"speedup": 1.136, "interval": [1.127, 1.144]}}}
+    _, v = decide([BASE, spec("ship", 1.3, [1.27, 1.33], **ngram), spec("cap", 1.5, [1.4, 1.6], **ngram),
+                   spec("same", 1.2, [1.1, 1.3], **ngram), spec("slow", 0.79, [0.77, 0.81], **ngram),
+                   spec("eagle", 1.3, [1.27, 1.33], **CONTEXT)],
+                  [speed("ship", "pass"), speed("cap", "pass"), speed("same", "pass"), speed("slow", "fail", 0.79),
+                   speed("eagle", "pass")],
+                  {"ship": [[1, 32, 4], [33, 64, 2], [65, 128, 1]], "cap": [[1, 32, 4], [33, 128, 0]],
+                   "same": [[1, 128, 4]], "slow": [[1, 16, 4], [17, 128, 0]],
+                   "eagle": [[1, 32, 4], [33, 64, 2], [65, 128, 1]]}, recs)
+    assert (v["ship"]["action"], v["ship"]["config"]) == ("ship", None)
+    assert v["ship"]["text"] == (
+        "Ship ship as configured, `\"num_speculative_tokens\": 4`: 1.30× [1.27, 1.33] the throughput of base at the "
+        "same batch sizes and contexts, on 90% of its tokens (600 requests). Its per-batch lengths (section "
+        "Speculation length), `\"num_speculative_tokens_per_batch_size\": [[1, 32, 4], [33, 64, 2], [65, 128, 1]]`, "
+        "use an option vLLM 0.32.0 documents as tested with EAGLE, EAGLE-3 and DFlash only; ship uses method ngram.")
+    # a cap is not offered either: it ships as it ran, and the capped ranges' speedup is named with them
+    assert (v["cap"]["action"], v["cap"]["config"], v["cap"]["config_speedup"]) == ("ship", None, 1.62)
+    assert v["cap"]["text"] == (
+        "Ship cap as configured, `\"num_speculative_tokens\": 4`: 1.5× [1.4, 1.6] the throughput of base at the "
+        "same batch sizes and contexts, on 90% of its tokens (600 requests). Its per-batch lengths (section "
+        "Speculation length), `\"num_speculative_tokens_per_batch_size\": [[1, 32, 4], [33, 128, 0]]` (1.62× [1.58, "
+        "1.66] on the same steps), use an option vLLM 0.32.0 documents as tested with EAGLE, EAGLE-3 and DFlash "
+        "only; cap uses method ngram.")
+    # ranges that are its one length everywhere say nothing more
+    assert v["same"]["text"] == ("Ship same as configured, `\"num_speculative_tokens\": 4`: 1.2× [1.1, 1.3] the "
+                                 "throughput of base at the same batch sizes and contexts, on 90% of its tokens "
+                                 "(600 requests).")
+    # too slow: where it pays is said, and that turning it off elsewhere takes the undocumented option
+    assert (v["slow"]["action"], v["slow"]["config"]) == ("dont_ship", None)
+    assert v["slow"]["text"] == (
+        "Don't ship slow: 0.79× [0.77, 0.81] the throughput of base at the same batch sizes and contexts, on 90% of "
+        "its tokens (600 requests): slower than plain decoding. It pays at batch sizes up to 16, but turning "
+        "speculation off where it does not takes `\"num_speculative_tokens_per_batch_size\": [[1, 16, 4], "
+        "[17, 128, 0]]` (1.136× [1.127, 1.144] on the same steps), an option vLLM 0.32.0 documents as tested with "
+        "EAGLE, EAGLE-3 and DFlash only; slow uses method ngram.")
+    # EAGLE keeps the per-batch config
+    assert v["eagle"]["config"] == [[1, 32, 4], [33, 64, 2], [65, 128, 1]]
+    assert v["eagle"]["text"].startswith("Ship eagle with `\"num_speculative_tokens_per_batch_size\": [[1, 32, 4], ")
+    # blocked by latency while its speed passes: what it would pay as configured
+    stall = chk("max_stall_p99_ms", 890.0, 250.0, "fail", 355.0, "worse", interval=[820.0, 960.0])
+    _, v = decide([BASE, spec("a", 1.19, [1.16, 1.23], **ngram)], [gate("a", "latency", stall), speed("a", "pass")],
+                  {"a": [[1, 64, 4], [65, 128, 0]]})
+    assert v["a"]["text"] == ("Don't ship a: max stall p99 890 ms [820, 960] > 250: worse. Otherwise it pays, 1.19× "
+                              "[1.16, 1.23] the throughput of base at the same batch sizes and contexts, on 90% of its "
+                              "tokens (600 requests), as configured (`\"num_speculative_tokens\": 4`).")
+
+
 def test_the_data_cannot_tell():
     # 1.02 [0.91, 1.14]: on the log scale the half-width is (ln 1.14 − ln 0.91) / 2 = 0.112669
     # and the distance from 1 is ln 1.02 = 0.019803: (0.112669 / 0.019803)² = 32.37× the 600
@@ -411,7 +467,20 @@ def test_the_sample_shows_the_range_of_decisions(sample_report):
                    for r in doc["tuning"]["recommendations"]}
     for dep in ("eagle-dyn-bf16", "ngram-bf16"):
         assert v[dep]["speedup_interval"][0] > 1 and v[dep]["coverage"] > 0.5 and not v[dep]["blocking"]
-        assert v[dep]["config"] == recommended[dep]
+    assert v["eagle-dyn-bf16"]["config"] == recommended["eagle-dyn-bf16"]
+    # ngram is offered its one length: vLLM documents the per-batch option for EAGLE, EAGLE-3 and DFlash
+    # only, which the line says of the ranges section 13 finds (and section 13 itself says)
+    assert v["ngram-bf16"]["config"] is None
+    assert v["ngram-bf16"]["text"].startswith(
+        "Ship ngram-bf16 as configured, `\"num_speculative_tokens\": 4`: 1.23× [1.20, 1.27] the throughput of "
+        "base-bf16 at the same batch sizes and contexts, on 92% of its tokens (591 requests). Its per-batch lengths "
+        "(section Speculation length), `\"num_speculative_tokens_per_batch_size\": [[1, 32, 4], [33, 64, 2], "
+        "[65, 128, 1]]`, use an option vLLM 0.32.0 documents as tested with EAGLE, EAGLE-3 and DFlash only; "
+        "ngram-bf16 uses method ngram. Undecided: ")
+    assert ("### ngram-bf16\n\nvLLM config: `\"num_speculative_tokens\": 4`, as configured. The lengths per batch "
+            "size below, `\"num_speculative_tokens_per_batch_size\": [[1, 32, 4], [33, 64, 2], [65, 128, 1]]`, use an "
+            "option vLLM 0.32.0 documents as tested with EAGLE, EAGLE-3 and DFlash only; ngram-bf16 uses method "
+            "ngram.\n") in sample_report["md"]
     for dep in ("eagle-bf16", "eagle-fp8", "eagle-dyn-bf16", "ngram-bf16"):
         assert v[dep]["matched_on"] == ["load", "context"] and v[dep]["not_matched"] == []
     # ngram-bf16's stall misses 250 ms and base-bf16's at the same load too, within 25 %: one

@@ -124,6 +124,14 @@ BUCKETS = buckets.labels("batch")
 BUCKET_BOUNDS = buckets.bounds("batch")
 # vLLM 0.32.0 documents Dynamic SD as tested with these methods only.
 DYNAMIC_SD_METHODS = ("eagle", "eagle3", "dflash")
+# How the report says so of a per-batch config offered to another method ("an option ...").
+DYNAMIC_SD_TESTED = "vLLM 0.32.0 documents as tested with EAGLE, EAGLE-3 and DFlash only"
+
+
+def per_batch_documented(method: str | None) -> bool:
+    """Whether vLLM documents num_speculative_tokens_per_batch_size (Dynamic SD) for ``method``:
+    for any other, the report offers the single ``num_speculative_tokens`` instead."""
+    return method in DYNAMIC_SD_METHODS
 
 EXACT_FIT = 1e-9        # SSE / SST below this is an exact fit
 SINGULAR = 1e-9         # smallest eigenvalue of the regressors' correlation matrix

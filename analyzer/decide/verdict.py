@@ -30,7 +30,11 @@ action, decided in this order:
   speculation off there until … is measured there"), quoting that config's speedup on
   the same steps (``config_speedup``); ``ship``: ship with the recommended ranges, or as
   configured when there are none; a config with k = 0 everywhere is ``dont_ship`` where
-  some range loses, else ``inconclusive``;
+  some range loses, else ``inconclusive``. A method vLLM documents no per-batch config
+  for (``tuning.per_batch_documented``: not eagle, eagle3 or dflash) is never offered
+  one: it ships as configured, its single ``num_speculative_tokens`` (the length its
+  speedup was measured at), and the line names the ranges as an option vLLM documents
+  for EAGLE, EAGLE-3 and DFlash only; its ``config`` is null;
 - ``baseline``: plain decoding, the reference of the others; nothing is shipped, so
   nothing blocks, and the checks it fails are listed under ``shared``: a service level
   that holds with or without speculation.
@@ -40,7 +44,8 @@ Checks left unknown are named in the line ("Undecided: …") and listed in
 miss their threshold on the deployment and on its baseline alike (within the
 tolerance): stated once, as a finding about the pair (``shared_findings``), never as a
 reason not to ship. ``config`` is the deployment's one config line: the same list as
-``tuning.recommendations[].num_speculative_tokens_per_batch_size``, or null.
+``tuning.recommendations[].num_speculative_tokens_per_batch_size``, or null (none, or a
+method offered its single length).
 ``check_failures`` is the rule of ``report --check`` and ``nightly``: a speculative
 deployment passes only with ship or cap.
 """
@@ -52,6 +57,7 @@ import math
 from typing import Any
 
 from ..analysis.config import Config
+from ..analysis.tuning import DYNAMIC_SD_TESTED, per_batch_documented
 from .gates import FAIL, SHARED, UNKNOWN, blocking_checks
 from ..analysis.precision import with_interval
 from .configs import no_baseline_buckets
@@ -134,6 +140,22 @@ def shared_text(check: dict[str, Any], deployments: list[tuple[str, float]], bas
 
 def _config(ranges: list[list[int]]) -> str:
     return f'`"num_speculative_tokens_per_batch_size": {json.dumps(ranges)}`'
+
+
+def _single(d: dict[str, Any]) -> str:
+    """The one length a deployment runs with: the form a method without a documented per-batch
+    config takes (``tuning.per_batch_documented``)."""
+    return f'`"num_speculative_tokens": {d["num_speculative_tokens"]}`'
+
+
+def _per_batch_undocumented(d: dict[str, Any], ranges: list[list[int]], capped: dict[str, Any] | None) -> str:
+    """ "Its per-batch lengths …, use an option vLLM 0.32.0 documents as tested with EAGLE, EAGLE-3
+    and DFlash only; … uses method ngram.": why a ship line offers the single length instead, with
+    the ranges' speedup on the same steps where they turn speculation off somewhere."""
+    on_same = (f" ({_ratio(capped['speedup'], capped['interval'])} on the same steps)"
+               if capped and capped.get("speedup") is not None else "")
+    return (f"Its per-batch lengths (section Speculation length), {_config(ranges)}{on_same}, use an option "
+            f"{DYNAMIC_SD_TESTED}; {d['deployment_id']} uses method {d['method']}.")
 
 
 def _entry(check: dict[str, Any]) -> dict[str, Any]:
@@ -365,6 +387,8 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
     pays = ranges and any(k > 0 for _, _, k in ranges)
     capped = rec.get("config_speedup")
     unmeasured = no_baseline_buckets(rec)
+    # a method vLLM documents no per-batch config for is offered its one length (as configured)
+    single = not per_batch_documented(d["method"])
     if blocking:
         action = "dont_ship"
         reasons = []
@@ -375,13 +399,19 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
                 reasons.append(blocking_text(c, base))
         text = f"Don't ship {dep}: " + "; ".join(reasons) + "."
         if speed is not None and speed["status"] == "pass" and pays:
-            text += f" Otherwise it pays, {gain_text(ev)}, with {_config(ranges)}."
+            text += (f" Otherwise it pays, {gain_text(ev)}, as configured ({_single(d)})." if single else
+                     f" Otherwise it pays, {gain_text(ev)}, with {_config(ranges)}.")
         elif speed is not None and speed["status"] == FAIL and pays and ev["basis"] == "rounds":
             cap = max(end for _, end, k in ranges if k > 0)
             on_same = (f" ({_ratio(capped['speedup'], capped['interval'])} on the same steps)"
                        if capped and capped.get("speedup") is not None else "")
-            text += (f" It pays at batch sizes up to {cap}: {_config(ranges)} turns speculation off where it "
-                     f"does not{on_same}; measure that config before deciding again.")
+            if single:
+                text += (f" It pays at batch sizes up to {cap}, but turning speculation off where it does not "
+                         f"takes {_config(ranges)}{on_same}, an option {DYNAMIC_SD_TESTED}; {dep} uses method "
+                         f"{d['method']}.")
+            else:
+                text += (f" It pays at batch sizes up to {cap}: {_config(ranges)} turns speculation off where it "
+                         f"does not{on_same}; measure that config before deciding again.")
     elif ev["speedup"] is None and ev.get("never_met"):
         action = "inconclusive"
         settle = _undecided_settle(ev, d, doc)
@@ -408,6 +438,12 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
             text = (f"Not enough data to decide {dep}: {gain_text(ev)}, but no batch range's own speedup decides "
                     f"its length ({_unmeasured_text(unmeasured, base) or 'none is above 1 by its interval'}). "
                     f"{settle[0].upper()}{settle[1:]}.")
+    elif ranges and single:
+        # the speedup as it ran is the configured length's: the per-batch ranges are said, not offered
+        action = "ship"
+        text = f"Ship {dep} as configured, {_single(d)}: {gain_text(ev)}."
+        if any(k != d["num_speculative_tokens"] for _, _, k in ranges):
+            text += " " + _per_batch_undocumented(d, ranges, capped)
     elif ranges and any(k == 0 for _, _, k in ranges):
         action = "cap"
         off = [f"{start}-{end}" if start != end else f"{start}" for start, end, k in ranges if k == 0]
@@ -433,7 +469,8 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
         text += " Not matched on context: the rounds have no context_len."
     if action in ("ship", "cap") and not_checked:
         text += " Undecided: " + "; ".join(_undecided_check(c, base) for c in not_checked) + "."
-    return {"deployment_id": dep, "action": action, "basis": ev["basis"], "config": ranges, "text": text,
+    return {"deployment_id": dep, "action": action, "basis": ev["basis"], "config": None if single else ranges,
+            "text": text,
             "speedup": ev["speedup"], "speedup_interval": ev.get("interval"), "coverage": ev.get("coverage"),
             "config_speedup": capped.get("speedup") if capped else None,
             "config_speedup_interval": capped.get("interval") if capped else None,

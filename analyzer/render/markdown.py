@@ -13,6 +13,7 @@ from typing import Any
 from ..decide import regression
 from ..analysis.buckets import labels
 from ..analysis.precision import with_interval
+from ..analysis.tuning import DYNAMIC_SD_TESTED, per_batch_documented
 from .cells import DASH, cell, is_missing, num, pct, shown_ratio, table, times
 from .gates import render_gates_markdown
 from .quant import render_quant_markdown
@@ -623,11 +624,17 @@ def _tuning(doc: dict) -> str:
         dep = rec["deployment_id"]
         config = rec["num_speculative_tokens_per_batch_size"]
         parts.append(f"\n### {dep}\n\n")
-        if config:
+        # a method vLLM documents no per-batch config for keeps its one length (as the verdict offers it)
+        single = not per_batch_documented(rec.get("method"))
+        if config and single:
+            parts.append(f"vLLM config: `\"num_speculative_tokens\": {rec['num_speculative_tokens']}`, as "
+                         f"configured. The lengths per batch size below, `\"num_speculative_tokens_per_batch_size\": "
+                         f"{config}`, use an option {DYNAMIC_SD_TESTED}; {dep} uses method {rec['method']}.\n\n")
+        elif config:
             parts.append(f"vLLM config: `\"num_speculative_tokens_per_batch_size\": {config}`\n\n")
         capped = rec.get("config_speedup")
         if capped and capped.get("speedup") is not None:
-            parts.append(f"With that config, on the same steps: "
+            parts.append(f"With {'those lengths' if single else 'that config'}, on the same steps: "
                          f"{with_interval(capped['speedup'], *(capped['interval'] or (None, None)), suffix='×')} "
                          f"(speculation off at batch {', '.join(f'{a}-{b}' for a, b in capped['off'])}).\n\n")
         body = []
