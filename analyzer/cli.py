@@ -10,6 +10,7 @@ is one line on stderr; ``specan --debug`` adds the traceback.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import signal
 import sys
 import threading
@@ -153,9 +154,13 @@ class Progress:
 
 
 def _progress_option(f):
+    """--progress and --profile. The innermost option of a command: ``f`` is still its
+    function, so whether the command has --engine is read off its parameters, and the help
+    mentions the Spark engine only where there is one (tests/test_cli_help.py)."""
+    spark = (" (with --engine spark, also the bytes brought back per table)"
+             if "engine" in inspect.signature(f).parameters else "")
     f = click.option("--profile", is_flag=True, expose_value=False, callback=_remember("profile"),
-                     help="When done, print the seconds of every phase on stderr (with --engine spark, "
-                          "also the bytes brought back per table).")(f)
+                     help=f"When done, print the seconds of every phase on stderr{spark}.")(f)
     return click.option("--progress/--no-progress", default=None,
                         help="Show progress on stderr (default: when stderr is a terminal).")(f)
 
@@ -405,7 +410,7 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
     """The scheduled report for one date, with history and regression flags.
 
     Exit status 1 when a regression is flagged or a speculative deployment's verdict
-    is not ship or cap (the rule of report --check), so a pipeline can gate a
+    is not ship or cap (the rule of specan report --check), so a pipeline can gate a
     deployment on it.
 
     \b
@@ -449,12 +454,13 @@ def load(traces: str, db: Path | None, out: str | None, by: tuple[str, ...], eng
     """Write the clean tables and every view of TRACES to a DuckDB database, or with
     --engine spark, the reduced aggregates of TRACES to a directory.
 
-    The database needs no specan afterwards: `duckdb FILE` can query it.
+    The database needs no specan afterwards: any DuckDB client (Python's duckdb,
+    the duckdb CLI) can query its views; `specan sql --db FILE` does too.
 
     \b
     Examples:
         specan load sample_traces/ --db traces.duckdb
-        duckdb traces.duckdb "select * from accept_length"
+        specan sql --db traces.duckdb "select * from accept_length"
         specan load traces/ --db traces.duckdb --by tenant   # slice_metrics keyed by tenant
         specan load s3a://bucket/traces --engine spark --out s3a://bucket/reduced/2026-12-01
         specan report reduced/2026-12-01/
@@ -669,12 +675,22 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, conf
     click.echo(api.render_recommend(result, fmt), nl=False)
 
 
+class _NamedChoice(click.Choice):
+    """A choice shown by its argument's name in the usage line (``[SOURCE]``): click would
+    list the choices there and wrap the line at their hyphens, splitting a source's name
+    (``sglang-`` / ``responses``). The help's text lists them, one a line; a wrong value's
+    error lists them too."""
+
+    def get_metavar(self, param, ctx=None):
+        return None
+
+
 @main.command("import")
 @click.argument("source", required=False,
-                type=click.Choice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log",
+                type=_NamedChoice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log",
                                    "aiperf-records", "trtllm-responses", "llamacpp-log", "vllm-bench",
                                    "sglang-bench", "auto"]))
-@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--list", "list_of", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="List the imports recorded in this trace directory (id, source, rows, inputs).")
 @click.option("--remove", "remove", default=None, metavar="ID",
@@ -703,7 +719,7 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, conf
 @click.option("--sglang-version", "sglang_version", default=None, metavar="X.Y.Z",
               help="sglang-log only: the SGLang release that wrote the log, e.g. 0.5.11. Keeps its 'accept rate', "
                    "whose meaning changed in 0.5.11 (dropped without it).")
-def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | None, remove: str | None,
+def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | None, remove: str | None,
                   deployment: tuple[str, ...], out: Path | None, model: str | None, method: str | None,
                   num_speculative_tokens: int | None, year: int | None, time: str | None,
                   sglang_version: str | None, start: str | None) -> None:
@@ -740,6 +756,7 @@ def import_traces(source: str | None, files: tuple[Path, ...], list_of: Path | N
         specan import --list traces/
         specan import --remove 3f9a1c --out traces/
     """
+    files = file
     if list_of is not None:
         click.echo(api.render_imports(api.list_imports(list_of)), nl=False)
         return
