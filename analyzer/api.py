@@ -29,7 +29,7 @@ from .ingest.rules import EXAMPLES_PER_REASON  # noqa: F401  re-exported for the
 from .outputs import check_output, output_target, write_output  # noqa: F401  re-exported for the CLI and nightly
 from .ingest.load import (LoadSummary, Progress, StructuralError, check_link_keys, confirm_in_place, load_traces,
                           name_unreadable_input, read_summary, with_hashed_fallback)
-from .analysis.config import load_config  # noqa: F401  re-exported for the CLI
+from .analysis.config import config_toml, load_config  # noqa: F401  re-exported for the CLI
 from .analysis.cache_store import DEFAULT_MAX as DEFAULT_CACHE_MAX, default_cache_dir, parse_size  # noqa: F401
 from .analysis.pass_cache import CachedPasses, CacheFallback, CacheStats, open_store
 from .analysis.slices import resolve_columns

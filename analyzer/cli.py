@@ -430,6 +430,31 @@ def nightly(traces: Path, date: str, out: Path, config_path: Path | None, memory
     sys.exit(result.exit_status)
 
 
+@main.command("config")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--template", is_flag=True,
+              help="Print every section and key at its default, each under a comment saying what it is "
+                   "and its unit.")
+def config_command(file: Path | None, template: bool) -> None:
+    """Print the gates file (TOML): every key with its value, what it is and its unit.
+
+    The file is the one specan report --config reads, as nightly, recommend and
+    replay-ngram do (docs/commands.md, Gates). With --template, every section and
+    key at its default value, each under a comment saying what it is and its unit:
+    a file to copy and edit. With FILE, FILE is checked as those commands check it
+    (exit 2, naming the key at fault) and the settings it gives are printed in the
+    same form: its values, the defaults for the rest.
+
+    \b
+    Examples:
+        specan config --template > gates.toml
+        specan config gates.toml
+    """
+    if template == (file is not None):
+        raise click.UsageError("give --template, or a FILE to check (not both)")
+    click.echo(api.config_toml(None if template else api.load_config(file)), nl=False)
+
+
 def _emit(text_out: str, output: Path | None) -> None:
     if output is None:
         click.echo(text_out, nl=False)

@@ -106,7 +106,7 @@ def test_every_option_a_help_mentions_exists_there(path):
 
 def test_the_walk_reaches_every_command():
     reached = {path for path, _ in commands()}
-    assert {("report",), ("import",), ("replay-ngram",)} <= reached
+    assert {("report",), ("import",), ("config",), ("replay-ngram",)} <= reached
     assert len(reached) == 1 + len(main.commands)
 
 
@@ -200,5 +200,5 @@ def test_completion_offers_the_commands_and_the_import_sources():
         result = CliRunner().invoke(main, [], prog_name="specan", env=env)
         return [line.split(",", 1)[1] for line in result.output.splitlines()]
 
-    assert {"report", "import", "schema"} <= set(complete("", "re") + complete("", "im") + complete("", "sc"))
+    assert {"report", "import", "config"} <= set(complete("", "re") + complete("", "im") + complete("", "co"))
     assert complete("import", "sglang-") == ["sglang-responses", "sglang-log", "sglang-bench"]

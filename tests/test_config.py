@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 
 import pytest
@@ -132,3 +133,117 @@ def test_the_documented_defaults_are_the_defaults():
 
     docs = (Path(__file__).parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
     assert "```toml\n" + DEFAULT_CONFIG_TOML + "```" in docs
+
+
+# --- the template: specan config --template -----------------------------------------------
+
+def code_defaults(cls=Config, prefix: str = "") -> dict[str, object]:
+    """Every key the code knows, dotted, with its default, read off the dataclasses."""
+    keys = {}
+    for f in dataclasses.fields(cls):
+        if f.name == "source" and cls is Config:
+            continue
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            keys.update(code_defaults(type(default), f"{prefix}{f.name}."))
+        else:
+            keys[f"{prefix}{f.name}"] = default
+    return keys
+
+
+def template_sections(text: str) -> dict[str, list[str]]:
+    """The template's lines per [section]."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("["):
+            current = line.strip("[]")
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return sections
+
+
+def test_the_template_holds_every_key_at_its_default(tmp_path):
+    from analyzer.analysis.config import config_toml
+
+    text = config_toml()
+    data = tomllib.loads(text)
+    defaults = code_defaults()
+    assert len(defaults) >= 40 and "gates.latency.ttft_p99_ms" in defaults
+    sections = template_sections(text)
+    for dotted, default in defaults.items():
+        section, key = dotted.rsplit(".", 1)
+        assert section in sections, f"no [{section}] in the template"
+        if default is None:
+            # TOML has no null: an unset key is there, commented out
+            assert any(line.startswith(f"# {key} = ") for line in sections[section]), dotted
+            value = data
+            for part in section.split("."):
+                value = value[part]
+            assert key not in value, dotted
+        else:
+            value = data
+            for part in dotted.split("."):
+                value = value[part]
+            assert value == default and type(value) is type(default), (dotted, value, default)
+    # nothing the code does not know
+    assert set(Config().as_dict()) == set(data)
+    assert load_config(write(tmp_path, text)) == Config()
+
+
+def test_every_key_of_the_template_has_a_comment_with_its_unit():
+    from analyzer.analysis.config import config_toml
+
+    lines = config_toml().splitlines()
+    keys = [i for i, line in enumerate(lines) if re.match(r"(# )?\w+ = ", line)]
+    assert len(keys) == len(code_defaults())
+    for i in keys:
+        j, comment = i - 1, []
+        while j >= 0 and lines[j].startswith("# ") and not re.match(r"# \w+ = ", lines[j]):
+            comment.insert(0, lines[j][2:])
+            j -= 1
+        assert comment, f"no comment above {lines[i]!r}"
+        assert re.search(r"\([^)]+\)", " ".join(comment)), f"no unit in the comment of {lines[i]!r}"
+    assert max(len(line) for line in lines) <= 88
+
+
+def test_the_template_renders_a_loaded_file_and_loads_back(tmp_path):
+    from analyzer.analysis.config import config_toml
+
+    path = write(tmp_path, '[gates.latency]\nttft_p99_ms = 1500\nmax_stall_p99_ms_max_worsening = 0.5\n'
+                           '[nightly]\naccept_since = { spec = 2026-11-25, "eagle.v2" = 2026-12-01 }\n')
+    config = load_config(path)
+    text = config_toml(config)
+    assert "ttft_p99_ms = 1500.0" in text and "max_stall_p99_ms_max_worsening = 0.5" in text
+    assert 'accept_since = { spec = 2026-11-25, "eagle.v2" = 2026-12-01 }' in text
+    assert load_config(write(tmp_path, text, "again.toml")) == config
+
+
+def test_specan_config_template_prints_it():
+    from click.testing import CliRunner
+
+    from analyzer.analysis.config import config_toml
+    from analyzer.cli import main
+
+    result = CliRunner().invoke(main, ["config", "--template"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == config_toml() == DEFAULT_CONFIG_TOML
+
+
+def test_specan_config_file_checks_it_and_prints_its_settings(tmp_path):
+    from click.testing import CliRunner
+
+    from analyzer.cli import main
+
+    runner = CliRunner()
+    good = runner.invoke(main, ["config", str(write(tmp_path, "[evidence]\nmin_requests = 30\n"))])
+    assert good.exit_code == 0, good.output
+    assert "\nmin_requests = 30\n" in good.stdout and "\nmin_baseline_steps = 20\n" in good.stdout
+    bad = runner.invoke(main, ["config", str(write(tmp_path, "[evidence]\nmin_request = 30\n", "bad.toml"))])
+    assert bad.exit_code == 2 and bad.stdout == ""
+    assert bad.stderr.splitlines() == [f"Error: {tmp_path / 'bad.toml'}: evidence.min_request: unknown key; "
+                                       "expected one of " + ", ".join(code_defaults(Config().evidence.__class__))]
+    for args in ([], ["--template", str(tmp_path / "bad.toml")]):
+        usage = runner.invoke(main, ["config", *args])
+        assert usage.exit_code == 2 and "give --template, or a FILE to check" in usage.stderr

@@ -1,10 +1,18 @@
 """The ``--config FILE`` of ``specan report`` and ``specan nightly`` (docs/commands.md, "Gates").
 
-    >>> from analyzer.analysis.config import load_config, parse_config
+    >>> from analyzer.analysis.config import config_toml, load_config, parse_config
     >>> load_config(None).gates.latency.ttft_p99_ms     # None: the defaults; else a TOML file's path
     2000.0
     >>> parse_config({"gates": {"latency": {"ttft_p99_ms": 1500}}}).gates.latency.ttft_p99_ms
     1500.0
+    >>> print(config_toml().split("[gates.latency]")[1].split("tpot")[0].strip())
+    # the latency gate: targets per deployment, checked against the baseline at the same
+    # load past them
+    <BLANKLINE>
+    # target for the p99 of time to first token (ms)
+    ttft_p99_ms = 2000.0
+    <BLANKLINE>
+    # target for the p95 of time per output token (ms)
 
 A file may set any subset of the keys; the rest keep their defaults. An unknown
 section or key, a value of the wrong type and a file that is not TOML raise
@@ -16,66 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import math
+import re
+import textwrap
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputProblem
-
-# The defaults block of docs/commands.md, verbatim. A test checks that it parses to
-# the dataclass defaults below, so the two cannot drift apart.
-DEFAULT_CONFIG_TOML = """\
-[gates.correctness]          # matches_reference = true / requests where it is not null
-min_match_rate = 1.0
-max_failed_share_rise = 0.01 # failed requests (error, abort): a rise over the baseline's share shown at 95% blocks
-[gates.quality]              # baseline's mean quality_score − this one's (absolute)
-max_quality_drop = 0.01
-[gates.latency]              # ms, per deployment
-ttft_p99_ms = 2000
-tpot_p95_ms = 60
-max_stall_p99_ms = 250
-max_worsening = 0.25         # past its target, worse than the baseline at the same load by this blocks
-# per check: ttft_p99_ms_max_worsening, tpot_p95_ms_max_worsening, max_stall_p99_ms_max_worsening
-[gates.capacity]
-min_speedup = 1.0            # the speedup interval's lower bound must clear it to ship
-min_speedup_coverage = 0.5   # share of committed tokens the speedup must cover to ship
-max_preemptions_per_request = 0.05
-[evidence]                   # below these the report says "not enough data" instead of deciding
-min_requests = 10            # a speedup, percentile or share decides only with this many requests
-min_baseline_steps = 20      # a baseline load cell's t0 needs this many decode steps there
-min_baseline_requests = 10   # ... and this many baseline requests
-max_load_gap = 0.25          # interpolate the baseline's t0 between two loads at most this far apart
-context_margin = 0.25        # a step's context may lie this much beyond the baseline's range at its load
-min_bucket_share = 0.02      # a batch bucket's own speedup decides its k only with this share of the tokens
-min_context_cell_rounds = 200  # a by-context cell's k may differ from the overall one from here
-min_fit_r2 = 0.5             # a round-cost fit extrapolates to unmeasured γ only above this R²
-min_log_intervals = 10       # logs speedup: a baseline's running-request count is a point from this many lines
-[intervals]                  # the 95% intervals (docs/metrics.md)
-replicates = 16000           # bootstrap replicates of the accept length
-latency_replicates = 2000    # bootstrap replicates of the latency percentiles
-seed = 0
-blocks = 256                 # blocks of time per deployment that the intervals resample
-max_blocks = 10              # the speedup's jackknife groups them into at most this many per side
-[regression]                 # nightly only: today against the median of the previous days
-window_days = 7
-min_history_dates = 3        # earlier dates in the window before anything is flagged
-max_accept_length_drop = 0.05
-max_speedup_drop = 0.05
-max_tpot_p99_rise = 0.10
-[nightly]
-# accept_since = 2026-11-28  # re-baseline: a lasting change from this date on is the new normal
-[anomalies]                  # report: requests to look at (docs/metrics.md)
-looping_min_output_tokens = 64
-looping_min_self_repeat_ratio = 0.8
-no_acceptance_min_spec_rounds = 16
-no_acceptance_min_deployment_acceptance = 0.2
-stall_min_ms = 1000
-stall_min_median_multiple = 4
-listed_per_kind = 20         # the report lists this many per deployment and kind; anomaly_checks counts all
-"""
-
 
 class ConfigError(InputProblem):
     """A config file that cannot be used. The message is one line naming the file and the key."""
@@ -418,3 +376,178 @@ def _describe(value: Any) -> str:
 def _one_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+# --- the file as text: ``specan config --template`` ---------------------------------------
+#
+# What each section and key is, and its unit, in the words of the template. Every section
+# of _SECTIONS and every field of its dataclass has one (config_toml raises KeyError
+# otherwise); a key whose default is unset (None) gives the value it shows commented out.
+
+_SECTION_NOTES = {
+    "gates.correctness": "the correctness gate: outputs equal to the plain-decoding reference, and no more "
+                         "failed requests than the baseline",
+    "gates.quality": "the quality gate: quality_score against the matched baseline's",
+    "gates.latency": "the latency gate: targets per deployment, checked against the baseline at the same "
+                     "load past them",
+    "gates.capacity": "the capacity gate: the speedup the verdict rests on, and preemptions",
+    "evidence": "sample-size floors: below them a number is shown but does not decide (report, recommend, "
+                "replay-ngram)",
+    "intervals": "the 95% intervals (docs/metrics.md): the bootstraps and the blocks of time they resample",
+    "regression": "nightly only: each date against the median of a window of earlier dates, and against "
+                  "a fixed reference",
+    "nightly": "nightly only: re-baselining",
+    "anomalies": "report: the rules of the requests to look at (docs/metrics.md); not a gate",
+}
+
+_KEY_NOTES = {
+    "gates.correctness.min_match_rate":
+        "the least share of requests with matches_reference = true, of those where it is not null "
+        "(a fraction, 0 to 1)",
+    "gates.correctness.max_failed_share_rise":
+        "failed requests (finish_reason error or abort): the most their share may rise over the baseline's, "
+        "shown at 95% (a fraction of all requests, absolute: 0.01 is one percentage point)",
+    "gates.quality.max_quality_drop":
+        "the most the baseline's mean quality_score may exceed this deployment's (absolute, in "
+        "quality_score's own unit)",
+    "gates.latency.ttft_p99_ms": "target for the p99 of time to first token (ms)",
+    "gates.latency.tpot_p95_ms": "target for the p95 of time per output token (ms)",
+    "gates.latency.max_stall_p99_ms":
+        "target for the p99 of max_stall, a request's longest gap between streamed tokens (ms)",
+    "gates.latency.max_worsening":
+        "past its target, a check worse than the baseline at the same load by more than this blocks "
+        "(a fraction: 0.25 is 25% worse)",
+    "gates.latency.ttft_p99_ms_max_worsening":
+        "max_worsening for the TTFT check alone (a fraction); unset: max_worsening",
+    "gates.latency.tpot_p95_ms_max_worsening":
+        "max_worsening for the TPOT check alone (a fraction); unset: max_worsening",
+    "gates.latency.max_stall_p99_ms_max_worsening":
+        "max_worsening for the max stall check alone (a fraction); unset: max_worsening",
+    "gates.capacity.min_speedup":
+        "the speedup interval's lower bound must clear it to ship (a ratio to plain decoding's throughput)",
+    "gates.capacity.min_speedup_coverage":
+        "the least share of the deployment's committed tokens the speedup must cover to decide "
+        "(a fraction, 0 to 1)",
+    "gates.capacity.max_preemptions_per_request": "the most preemptions per request (a mean over requests)",
+    "evidence.min_requests":
+        "a speedup, percentile or share decides only with this many requests (requests)",
+    "evidence.min_baseline_steps":
+        "a baseline load cell's time per token needs this many decode-only steps in it (steps)",
+    "evidence.min_baseline_requests": "... and this many distinct baseline requests (requests)",
+    "evidence.max_load_gap":
+        "interpolate the baseline's time per token between two measured loads only when the higher is at "
+        "most this much above the lower, plus one request (a fraction)",
+    "evidence.context_margin":
+        "a step is matched on context within the baseline's range at its load, widened by this much on "
+        "either side (a fraction of the range)",
+    "evidence.min_bucket_share":
+        "a batch bucket's own speedup decides its speculation length only with this share of the "
+        "deployment's committed tokens (a fraction, 0 to 1)",
+    "evidence.min_context_cell_rounds":
+        "a cell of recommend --by-context may differ from the overall speculation length only with this "
+        "many decode rounds (rounds)",
+    "evidence.min_fit_r2":
+        "a round-cost fit predicts a speculation length that never ran only with at least this R² (0 to 1)",
+    "evidence.min_log_intervals":
+        "logs speedup: a batch bucket counts only where the deployment and its baseline each logged this "
+        "many usable log intervals in it (log lines)",
+    "intervals.replicates": "bootstrap replicates of the mean accept length's interval (replicates)",
+    "intervals.seed": "the bootstraps' seed: the same seed gives the same intervals (an integer, 0 or more)",
+    "intervals.latency_replicates":
+        "bootstrap replicates of the latency gate's percentiles (replicates)",
+    "intervals.blocks":
+        "each deployment's steps, requests and log intervals fall in this many blocks of time, the units "
+        "the intervals resample (blocks)",
+    "intervals.max_blocks":
+        "the speedup's jackknife deletes at most this many coarse blocks per side (blocks)",
+    "regression.window_days":
+        "the window holds up to this many latest earlier unflagged dates; the reference is the first this "
+        "many dates (dates)",
+    "regression.min_history_dates":
+        "earlier dates needed before anything is flagged; at most window_days (dates)",
+    "regression.max_accept_length_drop":
+        "flag a mean accept length this far below the window's median or the reference, and past the "
+        "spread (a fraction of it)",
+    "regression.max_speedup_drop":
+        "flag a speedup this far below the window's median or the reference, and past the spread "
+        "(a fraction of it)",
+    "regression.max_tpot_p99_rise":
+        "flag a TPOT p99 this far above the window's median or the reference, and past the spread "
+        "(a fraction of it)",
+    "nightly.accept_since":
+        "from this date on a lasting change is the new normal: earlier dates leave the window and the "
+        "reference (a date, YYYY-MM-DD, or { deployment_id = date, ... } per deployment); unset: never",
+    "anomalies.looping_min_output_tokens": "looping: at least this many output tokens (tokens)",
+    "anomalies.looping_min_self_repeat_ratio":
+        "looping: and at least this share of the output's tokens repeat a 4-gram that already occurred "
+        "in the output (a fraction, 0 to 1)",
+    "anomalies.no_acceptance_min_spec_rounds":
+        "no_acceptance: at least this many speculative rounds with no draft accepted (rounds)",
+    "anomalies.no_acceptance_min_deployment_acceptance":
+        "no_acceptance: on a deployment whose acceptance rate is at least this (a fraction, 0 to 1)",
+    "anomalies.stall_min_ms": "stall: a request's max_stall of at least this (ms)",
+    "anomalies.stall_min_median_multiple":
+        "stall: and at least this many times the median max_stall of the deployment's requests (a multiple)",
+    "anomalies.listed_per_kind":
+        "the report lists the largest this many per deployment and kind; anomaly_checks counts every "
+        "flagged request (requests)",
+}
+
+# The value a key whose default is unset shows, commented out.
+_UNSET_EXAMPLES = {"gates.latency.ttft_p99_ms_max_worsening": "0.5",
+                   "gates.latency.tpot_p95_ms_max_worsening": "0.5",
+                   "gates.latency.max_stall_p99_ms_max_worsening": "0.5",
+                   "nightly.accept_since": "2026-11-28"}
+
+_TEMPLATE_HEAD = """\
+# specan's gates and thresholds: the --config FILE of report, nightly, recommend and
+# replay-ngram (docs/commands.md, "Gates"). Every key is here with its value; a file may
+# set any subset of them, and the rest keep their defaults. A key shown commented out is
+# unset by default.
+"""
+
+
+def _comment(text_: str) -> str:
+    return "\n".join(textwrap.wrap(text_, width=88, initial_indent="# ", subsequent_indent="# "))
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def config_toml(config: Config | None = None) -> str:
+    """Every section and key of the config file with ``config``'s values (default: the
+    defaults), each under a comment saying what it is and its unit: what
+    ``specan config --template`` prints. It loads back to ``config``."""
+    config = config if config is not None else Config()
+    values = config.as_dict()
+    parts = [_TEMPLATE_HEAD]
+    for name, cls in _SECTIONS.items():
+        section = values
+        for part in name.split("."):
+            section = section.get(part, {})
+        lines = [f"[{name}]", _comment(_SECTION_NOTES[name])]
+        for f in dataclasses.fields(cls):
+            dotted = f"{name}.{f.name}"
+            note = _comment(_KEY_NOTES[dotted])
+            if f.name in section:
+                lines.append(f"\n{note}\n{f.name} = {_toml_value(section[f.name])}")
+            else:
+                lines.append(f"\n{note}\n# {f.name} = {_UNSET_EXAMPLES[dotted]}")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+# The defaults block of docs/commands.md, verbatim (a test checks it), and what
+# ``specan config --template`` prints.
+DEFAULT_CONFIG_TOML = config_toml(Config())
