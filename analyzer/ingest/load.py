@@ -161,8 +161,9 @@ def discover(traces: Path, date: str | None = None, tables: tuple[str, ...] = TA
                     entry.partitions.append(key)
         found[table] = entry
     if date is not None and not any("date" in p for entry in found.values() for p in entry.file_partitions.values()):
+        hint = "" if any(e.present for e in found.values()) else where_the_tables_are(traces)
         raise InputProblem(f"{traces}: no table is partitioned by date= (folders such as rounds/date={date}/), "
-                           f"so --date {date} cannot select a day")
+                           f"so --date {date} cannot select a day{hint}")
     return found
 
 
@@ -217,14 +218,38 @@ def _always_castable(arrow_type: pa.DataType, declared: str) -> bool:
     return False
 
 
+def holds_tables(folder: Path) -> bool:
+    """Whether ``folder`` holds a trace table (``<table>.parquet`` or ``<table>/``)."""
+    return any((folder / f"{t}.parquet").is_file() or (folder / t).is_dir() for t in TABLE_ORDER)
+
+
+def where_the_tables_are(traces: str | Path) -> str:
+    """For a trace directory that holds no table: the folders next to it that do, as
+    "; did you mean ...?" (its subfolders, or the folder above when TRACES is one of its
+    tables), else ""."""
+    folder = Path(traces)
+    try:
+        below = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and holds_tables(p))
+    except OSError:
+        return ""
+    if below:
+        named = " or ".join(str(p) for p in below[:3]) + (f" (or {len(below) - 3} more)" if len(below) > 3 else "")
+        return f"; did you mean {named}? ({'it holds' if len(below) == 1 else 'they hold'} trace tables)"
+    if folder.name in TABLE_ORDER and holds_tables(folder.parent):
+        return f"; did you mean {folder.parent}? ({folder} is its {folder.name} table)"
+    return ""
+
+
 def check_structure(con: duckdb.DuckDBPyConnection | None, found: dict[str, TableFiles],
-                    cast_check: Callable | None = None) -> None:
+                    cast_check: Callable | None = None, traces: str | Path | None = None) -> None:
     """Raise StructuralError for a missing table or column, or an uncastable value.
 
     ``cast_check(paths, table, column, declared, arrow_type)`` raises for the first file
     of ``paths`` (the files whose column has that type, in path order) holding an
     uncastable value (default: DuckDB on ``con``, file by file; the Spark engine passes
-    one job over them all). The missing columns of every file are checked first."""
+    one job over them all). The missing columns of every file are checked first.
+    ``traces``, the trace directory as given, is named by a missing table's message,
+    with the folders near it that hold tables when it holds none (a local directory)."""
     def each_file(paths, *args):
         for path in paths:
             _check_cast(con, path, *args)
@@ -236,8 +261,12 @@ def check_structure(con: duckdb.DuckDBPyConnection | None, found: dict[str, Tabl
         # docs/importers.md: a directory with intervals may lack rounds; only interval views apply then.
         optional_here = table == "rounds" and found.get("intervals") is not None and found["intervals"].present
         if schema.required and not entry.present and not optional_here:
-            raise StructuralError(None, table, None,
-                                  f"required table is missing: expected {table}.parquet or {table}/**/*.parquet")
+            hint = ""
+            if traces is not None and "://" not in str(traces) and not any(e.present for e in found.values()):
+                hint = where_the_tables_are(traces)
+            raise StructuralError(traces, table, None,
+                                  f"required table is missing: expected {table}.parquet or {table}/**/*.parquet"
+                                  + hint)
         for path in entry.files:
             have = entry.columns_in(path)
             for column in schema.required_columns:
@@ -318,7 +347,7 @@ def load_traces(
     con.execute("set TimeZone = 'UTC'")
     found = discover(Path(traces), date=date)
     say("checking structure")
-    check_structure(con, found)
+    check_structure(con, found, traces=traces)
     schemas = load_schemas()
     written, link_notes = written_links(found, hashed_links)
     con.execute("create or replace table rejected_rows (table_name varchar, row_key varchar, reason varchar)")

@@ -55,13 +55,13 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None, progres
     traces = str(traces)
     if is_uri(traces):
         found = _discover_uri(spark, traces, date, say)
-        check_structure(None, found, cast_check=lambda *a: _spark_cast_check(spark, *a))
+        check_structure(None, found, cast_check=lambda *a: _spark_cast_check(spark, *a), traces=traces)
         notes = entry_notes(traces, [(str(s.getPath().getName()), s.isDirectory()) for s in _listing(spark, traces)])
     else:
         found = discover(Path(traces), date=date)
         say("checking structure")
         with duckdb.connect() as con:
-            check_structure(con, found)
+            check_structure(con, found, traces=traces)
         notes = unknown_entries(Path(traces))
     schemas = load_schemas()
     written, link_notes = written_links(found, hashed_links)

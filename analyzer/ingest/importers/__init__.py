@@ -27,7 +27,7 @@ from .prometheus import DeploymentMap, import_prometheus
 from .sglang_bench import import_sglang_bench
 from .sglang_log import import_sglang_log
 from .sglang_responses import import_sglang_responses
-from .sniff import pick, refusal
+from .sniff import pick, refusal, resemblance
 from .trtllm_responses import import_trtllm_responses
 from .vllm_bench import import_vllm_bench
 from .vllm_log import import_vllm_log
@@ -97,7 +97,8 @@ def pick_sources(files: Sequence[str | Path]) -> dict[str, list[Path]]:
     for path in files:
         source, fits = pick(path)
         if source is None:
-            raise ImportInputError(f"{path}: no source fits its content; name one: specan import SOURCE"
+            raise ImportInputError(f"{path}: no source fits its content; name one: specan import SOURCE "
+                                   f"({resemblance(path)}; SOURCE is one of {', '.join(SOURCES)})"
                                    if not fits else
                                    f"{path}: fits {' and '.join(fits)} equally; name one: specan import SOURCE")
         groups.setdefault(source, []).append(Path(path))

@@ -13,6 +13,7 @@ source, else the one WEAK source (``pick``).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -138,3 +139,62 @@ def pick(path: str | Path) -> tuple[str | None, list[str]]:
         if fits:
             return (fits[0] if len(fits) == 1 else None), fits
     return None, []
+
+
+def resemblance(path: str | Path) -> str:
+    """What a file no source fits looks like, for the refusal to say: empty, binary (a
+    Parquet file's columns, compressed), JSON's keys, else its first line."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(HEAD_BYTES)
+    except OSError as exc:
+        return f"it cannot be read: {exc.strerror or exc}"
+    if not raw.strip():
+        return "it is empty"
+    if raw.startswith(b"PAR1"):
+        return f"it is a Parquet file{_parquet_columns(path)}: trace tables are read where they are " \
+               "(specan report TRACES), not imported"
+    for magic, kind in ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\x28\xb5\x2f\xfd", "zstd"),
+                        (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz")):
+        if raw.startswith(magic):
+            return f"it is {kind}-compressed: decompress it first"
+    if b"\x00" in raw[:4096]:
+        return "it is binary, not text"
+    head = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+    if head.lstrip()[:1] in ("{", "["):
+        keys = _json_keys(head)
+        if keys:
+            shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
+            return f"it is JSON whose first object has the keys {shown}"
+    first = next((line.strip() for line in head.splitlines() if line.strip()), "")
+    return f"its first line is {first[:80] + ('...' if len(first) > 80 else '')!r}"
+
+
+def _parquet_columns(path: str | Path) -> str:
+    try:
+        import pyarrow.parquet as pq
+
+        names = pq.read_schema(path).names
+    except Exception:       # a damaged footer: the file is still named as Parquet
+        return ""
+    return f" (columns {', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"
+
+
+def _json_keys(head: str) -> list[str]:
+    """The keys of the first JSON object of ``head``: one object per line, one object or
+    array per file, or (cut off, pretty-printed) the keys in the order they appear."""
+    stripped = head.strip()
+    for text in (stripped.splitlines()[0], stripped):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(value, list):
+            value = next((v for v in value if isinstance(v, dict)), None)
+        if isinstance(value, dict):
+            return [str(k) for k in value]
+    found: list[str] = []
+    for key in re.findall(r'"((?:[^"\\\n]|\\.){1,60})"\s*:', head[:4096]):
+        if key not in found:
+            found.append(key)
+    return found
