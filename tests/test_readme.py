@@ -7,7 +7,10 @@ that no longer matches fails.
 """
 
 import json
+import os
 import re
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -241,3 +244,159 @@ def test_the_notebook_example_runs_and_leaves_nothing_open(monkeypatch, capsys):
     with pytest.raises(Exception, match="closed"):
         ws.con.execute("select 1")
     assert ws.workdir is None or not ws.workdir.exists()
+
+
+# --- the README's commands run after the README's own install -----------------------------
+#
+# Every command of a fenced block (```sh, or an untagged block whose lines start with a
+# program) is run here, in order, or matches one of NOT_RUNNABLE, whose reason is checked.
+# Run, each may use only what the README's first command installs (`pip install .`):
+# specan, Python and the console scripts of specan's own dependencies, not the test extra's
+# (the duckdb CLI comes with duckdb-cli, a test dependency only).
+
+SHELL_LANGS = {"sh", "bash", "shell", "console"}
+COMMAND_START = re.compile(r"^(?:\d+ \d+ (?:\S+ ){3})?(?:[A-Z_]+=\S+ +)*(?:\S*/)?"
+                           r"(?:specan|python3?|duckdb|bash|pip|spark-submit|vllm|eval)\b")
+INLINE_EXAMPLE = re.compile(r"`((?:specan|python3?) [^`\n]*&&[^`\n]*)`")     # a whole example in the text
+SPARK_EXTRA = "pyspark"
+
+
+def readme_commands() -> list[tuple[int, str]]:
+    """(block number, command) of every command the README shows: its fenced blocks' lines
+    (backslash continuations joined, comments dropped), then its inline `a && b` examples."""
+    found = []
+    for number, match in enumerate(re.finditer(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", README, re.M | re.S)):
+        lang, body = match.group(1).strip(), match.group(2)
+        for line in body.replace("\\\n", " ").splitlines():
+            line = " ".join(line.split())
+            if not line or line.startswith("#"):
+                continue
+            if lang in SHELL_LANGS or (not lang and COMMAND_START.match(line)):
+                found.append((number, line))
+    prose = re.sub(r"^```.*?^```[ \t]*$", "", README, flags=re.M | re.S)
+    found += [(-1, m.group(1)) for m in INLINE_EXAMPLE.finditer(prose)]
+    return found
+
+
+def base_install_programs() -> set[str]:
+    """What `pip install .` puts on PATH: specan's console scripts and its dependencies'
+    (not an extra's), recursively, and the venv's Python."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    programs, seen, todo = {"python", "python3"}, set(), ["specan"]
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        dist = metadata.distribution(name)
+        programs |= {ep.name for ep in dist.entry_points if ep.group == "console_scripts"}
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return programs
+
+
+def base_install_packages() -> set[str]:
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    dist = metadata.distribution("specan")
+    return {Requirement(t).name.lower() for t in dist.requires or []
+            if Requirement(t).marker is None or Requirement(t).marker.evaluate({"extra": ""})}
+
+
+def programs_of(command: str) -> list[str]:
+    """The programs a command line runs: the first word of each part of a pipeline or a
+    list, and of each $( ) in it; shell builtins and VAR=value assignments are skipped."""
+    parts = re.split(r"&&|\|\||[|;]|\$\(", re.sub(r"'[^']*'", "''", command))
+    names = []
+    for part in parts:
+        words = [w for w in part.replace(")", " ").split() if not re.match(r"[A-Za-z_]+=", w)]
+        if words and words[0] not in ("eval", "source", ".", "cd", "export", '"', "''"):
+            names.append(words[0].strip('"'))
+    return names
+
+
+# (name, what the command matches, why it is not run here, a check of that reason)
+NOT_RUNNABLE = [
+    ("install", lambda block, cmd: block in (0, 1),
+     "the README's install and test commands: .ci/run runs the second in a clean clone",
+     lambda cmds: (ROOT / ".ci" / "run").read_text().count("pip install") == 1),
+    ("engine", lambda block, cmd: cmd.startswith("vllm "),
+     "starts vLLM, the engine whose output is imported: not specan's to install",
+     lambda cmds: "vllm" not in base_install_programs()),
+    ("spark", lambda block, cmd: bool(re.search(r"--engine spark|spark-submit|spark://|s3a://", cmd)),
+     "needs the spark extra (pip install 'specan[spark]') and Java, or a cluster",
+     lambda cmds: SPARK_EXTRA not in base_install_packages() and "pip install 'specan[spark]'" in README),
+    ("llama.cpp", lambda block, cmd: "e2e/llamacpp/run.sh" in cmd or "/tmp/llamacpp-e2e/" in cmd,
+     "builds llama.cpp (minutes) and imports what it wrote: tests/test_e2e_llamacpp.py runs both",
+     lambda cmds: "run.sh" in (ROOT / "tests" / "test_e2e_llamacpp.py").read_text(encoding="utf-8")),
+    ("your files", lambda block, cmd: bool(re.search(
+        r"(?<![\w/.:-])(traces/|reduced/|spec\.jsonl|plain\.jsonl|spec\.log|plain\.log)", cmd)),
+     "reads the reader's own traces or engine output, named as placeholders",
+     lambda cmds: not any((ROOT / p).exists() for p in ("traces", "reduced", "spec.jsonl", "plain.jsonl",
+                                                          "spec.log", "plain.log"))),
+    ("crontab", lambda block, cmd: bool(re.match(r"\d+ \d+ (\S+ ){3}/", cmd)),
+     "a crontab line: cron runs it",
+     lambda cmds: all(programs_of(c.split(" ", 5)[5])[0].endswith("/specan") for c in cmds)),
+    ("other shells", lambda block, cmd: bool(re.search(r"_SPECAN_COMPLETE=(zsh|fish)_source", cmd)),
+     "zsh's and fish's completion lines, in their shells' syntax: tests/test_cli_help.py checks both scripts",
+     lambda cmds: "zsh" in (ROOT / "tests" / "test_cli_help.py").read_text(encoding="utf-8")),
+]
+
+
+def not_runnable(block: int, command: str) -> str | None:
+    return next((name for name, matches, _why, _check in NOT_RUNNABLE if matches(block, command)), None)
+
+
+def test_each_reason_a_command_is_not_run_holds():
+    commands = readme_commands()
+    for name, matches, why, check in NOT_RUNNABLE:
+        mine = [cmd for block, cmd in commands if not_runnable(block, cmd) == name]
+        assert mine, f"no README command is left out as {name!r}: drop the rule"
+        assert check(mine), f"{name}: {why}"
+
+
+def test_the_readme_commands_need_only_the_readme_install():
+    allowed = base_install_programs()
+    assert "specan" in allowed and "duckdb" not in allowed     # duckdb-cli is in the test extra only
+    for block, command in readme_commands():
+        if not_runnable(block, command) is None:
+            for program in programs_of(command):
+                assert program in allowed, (f"README: `{command}` runs {program}, which `pip install .` "
+                                            f"does not install (it installs {', '.join(sorted(allowed))})")
+
+
+def test_the_readme_commands_run(tmp_path):
+    """The commands no rule leaves out, in order, each in one bash with a PATH that holds the
+    README install's programs (and the system's /usr/bin, /bin), in a folder that shows
+    the checkout's sample_traces/ and tests/fixtures/. A /tmp/ path is moved under the test's
+    own folder."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    here = Path(sys.executable).parent
+    for program in base_install_programs():
+        target = Path(sys.executable) if program in ("python", "python3") else here / program
+        if target.exists():
+            wrapper = bin_dir / program
+            wrapper.write_text(f'#!/bin/sh\nexec "{target}" "$@"\n')
+            wrapper.chmod(0o755)
+    work = tmp_path / "work"
+    (work / "tests").mkdir(parents=True)
+    (work / "sample_traces").symlink_to(ROOT / "sample_traces")
+    (work / "tests" / "fixtures").symlink_to(ROOT / "tests" / "fixtures")
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    env.pop("VIRTUAL_ENV", None)
+    runnable = [cmd for block, cmd in readme_commands() if not_runnable(block, cmd) is None]
+    assert any(cmd.startswith("specan load") for cmd in runnable) and any("python -c" in cmd for cmd in runnable)
+    for command in runnable:
+        run = subprocess.run(["bash", "-c", "set -o pipefail; " + command.replace("/tmp/", f"{tmp_path}/tmp-")],
+                             cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, f"README: `{command}` exited {run.returncode}: {run.stderr.strip()[-500:]}"
+        if "eval " not in command:
+            assert run.stdout.strip(), f"README: `{command}` printed nothing"
