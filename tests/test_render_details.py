@@ -71,6 +71,32 @@ def test_findings_nan_speedup_is_unknown():
     assert "- **spec** (eagle): speedup unknown, see the notes." in text
 
 
+def test_a_single_request_shows_no_interval_and_an_unknown_gamma_the_dash():
+    """Issue 37: an interval resampled from one request is [x, x], no interval; a speculative
+    deployment whose row gives γ = 0 did not say its length. The findings line and the summary
+    show the value with "(1 request)" and γ as the dash; more requests keep the interval, even a
+    one-point one."""
+    one = dict(finding_doc(1.19)["deployments"][1], num_requests=1, num_speculative_tokens=0, method="unknown",
+               mean_accept_length_interval=[2.5, 2.5])
+    assert markdown.with_interval_of(one, "mean_accept_length") == "2.500 (1 request)"
+    assert "- **spec** (unknown, γ=–): 1.19× the throughput of base" in markdown._findings(
+        {"deployments": [finding_doc(1.19)["deployments"][0], one], "load_curve": []})
+    assert "; mean accept length 2.500 (1 request)." in markdown._findings(
+        {"deployments": [finding_doc(1.19)["deployments"][0], one], "load_curve": []})
+    forty = dict(one, num_requests=40, num_speculative_tokens=4, method="eagle")
+    assert markdown.with_interval_of(forty, "mean_accept_length") == "2.500 [2.500, 2.500]"
+    # γ: the dash only for a speculative method with 0; a baseline's 0 is its length
+    from analyzer.render.cells import gamma_text
+    assert [gamma_text(d) for d in (one, forty, {"method": "none", "num_speculative_tokens": 0})] == ["–", "4", "0"]
+    # the bootstrap's note on its replicates speaks of an interval not shown: left out for that deployment only
+    doc = {"deployments": [one, dict(forty, deployment_id="other")],
+           "notes": ["spec: the mean accept length interval rests on 10,028 of 16,000 bootstrap replicates; the "
+                     "others resampled its speculative rounds to none and were dropped",
+                     "other: the mean accept length interval rests on 15,999 of 16,000 bootstrap replicates; the "
+                     "others resampled its speculative rounds to none and were dropped"]}
+    assert markdown._notes(doc) == "## Notes\n\n- " + doc["notes"][1] + "\n"
+
+
 # --------------------------------------------------------------------------- 2. replay timing
 
 

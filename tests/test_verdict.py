@@ -359,6 +359,31 @@ def test_unknown_says_what_would_decide():
                                 "base --out TRACES` (or sglang-log), then the report again")
 
 
+def test_too_few_requests_are_named_beside_an_unknown_speedup():
+    """Issue 37: a deployment without a speedup whose rounds come from fewer requests than
+    [evidence] min_requests says so too; a single request is below every floor, even one set to 1."""
+    note = "no baseline: no none deployment with model m and target_quant bf16"
+    lonely = dict(spec("lonely", None, baseline=None, speedup_note=note, requests=1))
+    _, v = decide([lonely], [speed("lonely", "unknown", None, "no baseline")])
+    assert v["lonely"]["action"] == "unknown"
+    assert v["lonely"]["text"] == (
+        "No verdict for lonely: its speedup is unknown (no baseline: no none deployment with model m and target_quant "
+        "bf16), and not enough data: 1 request, floor 10 ([evidence] min_requests); at least 10 of its requests and "
+        "a plain-decoding deployment (method none) of model m with target_quant bf16, or its baseline_id set, would "
+        "decide it.")
+    assert v["lonely"]["settle"].startswith("at least 10 of its requests and a plain-decoding deployment")
+    _, v = decide([dict(lonely, num_requests=5)], [speed("lonely", "unknown", None, "no baseline")])
+    assert "and not enough data: 5 requests, floor 10 ([evidence] min_requests);" in v["lonely"]["text"]
+    # at the floor nothing more is said
+    _, v = decide([dict(lonely, num_requests=10)], [speed("lonely", "unknown", None, "no baseline")])
+    assert "not enough data" not in v["lonely"]["text"]
+    # min_requests = 1: one request is still no sample
+    from analyzer.analysis.config import parse_config
+    full = {"deployments": [lonely], "gates": [speed("lonely", "unknown", None, "no baseline")], "tuning": {}}
+    (one,) = verdicts(full, speedup_evidence(full), parse_config({"evidence": {"min_requests": 1}}, source="t"))
+    assert "and not enough data: 1 request, floor 2; at least 2 of its requests and " in one["text"]
+
+
 def test_response_only_rests_on_the_tpot_speedup():
     # no steps: the speedup from request timings decides, matched at the concurrency each request decoded at
     d = spec("a", None, steps=False, tpot_speedup=1.25, tpot_speedup_interval=[1.18, 1.31],

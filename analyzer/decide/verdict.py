@@ -20,7 +20,9 @@ action, decided in this order:
   than the baseline there beyond the tolerance, a rise of failed requests shown at 95 %;
 - ``inconclusive`` when the two sides never ran at comparable loads (both named);
 - ``unknown``: there is no speedup to decide with; ``settle`` says which data would
-  decide it;
+  decide it, and the line says when the deployment's rounds come from fewer requests than
+  ``[evidence] min_requests`` too ("not enough data: 1 request, floor 10"; a single request
+  is below every floor);
 - ``inconclusive``: the speedup check is unknown: its interval includes
   ``min_speedup``, it covers less than ``min_speedup_coverage`` of the tokens, rests on
   too few requests, or is not matched on context; ``settle`` names what would settle it
@@ -294,6 +296,22 @@ def _settle_by_side(ev: dict[str, Any], d: dict[str, Any], minimum: float, doc: 
             f"{who}'s requests{amount} would settle it, if the speedup stays")
 
 
+def _short_of_requests(d: dict[str, Any], config: Config) -> tuple[int, int] | None:
+    """(requests, floor) when the deployment's rounds come from fewer requests than
+    ``[evidence] min_requests``, or from a single one, which is below every floor (no interval
+    resamples one request) even where min_requests is set to 1; else None."""
+    n, floor = d.get("num_requests"), config.evidence.min_requests
+    if not n or (n >= floor and n > 1):
+        return None
+    return n, max(floor, 2)
+
+
+def _short_text(n: int, floor: int, config: Config) -> str:
+    """ "1 request, floor 10 ([evidence] min_requests)" """
+    named = " ([evidence] min_requests)" if floor == config.evidence.min_requests else ""
+    return f"{n:,} request{'' if n == 1 else 's'}, floor {floor:,}{named}"
+
+
 def _undecided_settle(ev: dict[str, Any], d: dict[str, Any], doc: dict[str, Any]) -> str:
     """Which data would decide a deployment that has no speedup at all."""
     dep, base = d["deployment_id"], d.get("baseline_id")
@@ -421,7 +439,14 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
     elif ev["speedup"] is None:
         action = "unknown"
         settle = _undecided_settle(ev, d, doc)
-        text = f"No verdict for {dep}: its speedup is unknown ({ev['reason']}); {settle}."
+        short = _short_of_requests(d, config)
+        if short:
+            # the missing speedup is not all: its requests are too few for any check to decide on
+            settle = f"at least {short[1]:,} of its requests and {settle}"
+            text = (f"No verdict for {dep}: its speedup is unknown ({ev['reason']}), and not enough data: "
+                    f"{_short_text(*short, config)}; {settle}.")
+        else:
+            text = f"No verdict for {dep}: its speedup is unknown ({ev['reason']}); {settle}."
     elif speed is not None and speed["status"] == UNKNOWN:
         action = "inconclusive"
         settle = _settle(ev, d, config, doc)

@@ -36,6 +36,15 @@ def times(value: Any) -> str:
     return DASH if is_missing(value) else f"{value:.3f}×"
 
 
+def gamma_text(d: dict) -> str:
+    """γ as a table shows it: the configured maximum, or the dash for a speculative deployment whose
+    row gives 0: a speculative method with a maximum of 0 drafts nothing, so 0 there means the
+    length was not given (an import whose source does not print it)."""
+    if d["method"] != "none" and d["num_speculative_tokens"] == 0:
+        return DASH
+    return num(d["num_speculative_tokens"])
+
+
 def shown_ratio(value: float) -> tuple[str, str]:
     """A throughput ratio as shown, and the word that fits what is shown: ``faster``,
     ``slower`` or ``no faster``. Two decimals, or three when two would show 1.00, so

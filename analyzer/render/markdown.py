@@ -14,7 +14,7 @@ from ..decide import regression
 from ..analysis.buckets import labels
 from ..analysis.precision import with_interval
 from ..analysis.tuning import DYNAMIC_SD_TESTED, per_batch_documented
-from .cells import DASH, cell, is_missing, num, pct, shown_ratio, table, times
+from .cells import DASH, cell, gamma_text, is_missing, num, pct, shown_ratio, table, times
 from .gates import render_gates_markdown
 from .quant import render_quant_markdown
 from .recommend import by_context_markdown, measured_with_interval, speedup_at_k
@@ -93,13 +93,37 @@ def deployment_rows(inp: dict) -> str:
 
 
 def with_interval_of(d: dict, metric: str, suffix: str = "") -> str:
-    """A deployment's headline metric to the decimals its 95% interval supports, with the interval."""
+    """A deployment's headline metric to the decimals its 95% interval supports, with the interval.
+    The accept length's interval resamples requests: on a single request every resample is that
+    request, so its [x, x] is no interval, and the value is shown with "(1 request)" instead."""
     if is_missing(d.get(metric)):
         return DASH
+    if metric == "mean_accept_length" and single_request(d):
+        return f"{num(d[metric])} (1 request)"
     interval = d.get(f"{metric}_interval")
     if interval is None and suffix == "×":
         return shown_ratio(d[metric])[0] + suffix      # no interval: never "1.00" for a ratio below 1
     return with_interval(d[metric], *(interval or (None, None)), suffix=suffix)
+
+
+def _gamma_remark(doc: dict) -> str:
+    """Say why γ is the dash, with the longest draft the rounds show."""
+    unknown = []
+    for d in doc["deployments"]:
+        if gamma_text(d) != DASH:
+            continue
+        longest = max((p["position"] for p in d.get("positions") or [] if p.get("drafted")), default=None)
+        unknown.append(d["deployment_id"] + (f" (its rounds drafted up to {longest:,} tokens)" if longest else ""))
+    if not unknown:
+        return ""
+    return (f"\nγ is – for {_joined(unknown)}: {'its deployments row gives' if len(unknown) == 1 else 'their rows give'} "
+            "num_speculative_tokens 0, which a speculative method cannot run with, so the configured length is "
+            "unknown (`specan import … --num-speculative-tokens N` sets it).\n")
+
+
+def single_request(d: dict) -> bool:
+    """The deployment's rounds come from one request: below every floor, and no interval."""
+    return d.get("num_requests") == 1
 
 
 def what_to_do_lines(doc: dict) -> list[dict]:
@@ -193,7 +217,7 @@ def _findings(doc: dict) -> str:
         _, verdict = shown_ratio(d["speedup"])
         matched = "batch sizes and contexts" if (d.get("matched") or {}).get("rounds", {}).get("context_known") \
             else "batch sizes"
-        text = (f"- **{dep}** ({d['method']}, γ={d['num_speculative_tokens']}): {with_interval_of(d, 'speedup', '×')} "
+        text = (f"- **{dep}** ({d['method']}, γ={gamma_text(d)}): {with_interval_of(d, 'speedup', '×')} "
                 f"the throughput of {d['baseline_id']} at the same {matched} ({verdict}), over "
                 f"{pct(d['speedup_coverage'])} of its tokens; mean accept length "
                 f"{with_interval_of(d, 'mean_accept_length')}.")
@@ -288,7 +312,7 @@ def _latency_finding(d: dict, baseline: dict | None) -> str:
 
 def _summary(doc: dict) -> str:
     body = [
-        (d["deployment_id"], d["method"], num(d["num_speculative_tokens"]), d["baseline_id"] or DASH,
+        (d["deployment_id"], d["method"], gamma_text(d), d["baseline_id"] or DASH,
          with_interval_of(d, "mean_accept_length"), num(d["mean_accept_length_per_request"]),
          pct(d["acceptance_rate"]), num(d["tokens_per_round"]), with_interval_of(d, "speedup", "×"),
          pct(d["speedup_coverage"]), with_interval_of(d, "tpot_speedup", "×"), failed_text(d))
@@ -310,10 +334,27 @@ def _summary(doc: dict) -> str:
             + "\nTPOT speedup compares time per output token from request timings alone, each request at its "
               "concurrency from the timings; it is what remains when a trace has no steps. Failed requests ended in error or "
               "abort (of all requests; the correctness gate compares the share with the baseline's).\n"
+            + _gamma_remark(doc)
+            + _single_request_remark(doc)
             + ("" if has_steps(doc) else
                f"\nThese traces have no steps (per-step times; a response-only import has none), so "
                f"{', '.join(STEP_SECTIONS[:-1])} and {STEP_SECTIONS[-1]} are left out: they need round times. "
                "The verdict rests on the TPOT speedup.\n"))
+
+
+def _single_request_remark(doc: dict) -> str:
+    """Name the deployments whose rounds come from one request: their accept length has no interval."""
+    single = [d["deployment_id"] for d in doc["deployments"] if d["method"] != "none" and single_request(d)]
+    if not single:
+        return ""
+    one = len(single) == 1
+    return (f"\n{_joined(single)} {'rests' if one else 'rest'} on 1 request{'' if one else ' each'}: not enough "
+            "data for an interval (every resample of one request is that request) and below every floor of "
+            f"`[evidence]`, so {'its accept length has' if one else 'their accept lengths have'} none.\n")
+
+
+def _joined(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def failed_text(d: dict) -> str:
@@ -880,6 +921,11 @@ def _gates(doc: dict) -> str:
 
 
 def _notes(doc: dict) -> str:
-    if not doc["notes"]:
+    # the bootstrap's note on the replicates an interval rests on (analysis.metrics) would speak of an
+    # interval the report does not show for a single request
+    single = tuple(f"{d['deployment_id']}: the mean accept length interval rests on " for d in doc["deployments"]
+                   if single_request(d))
+    notes = [n for n in doc["notes"] if not (single and n.startswith(single))]
+    if not notes:
         return ""
-    return "## Notes\n\n" + "\n".join(f"- {n}" for n in doc["notes"]) + "\n"
+    return "## Notes\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cells import DASH, num, pct, table, times
+from .cells import DASH, gamma_text, num, pct, table, times
 
 
 def render_quant_markdown(result: dict[str, Any]) -> str:
@@ -24,7 +24,7 @@ def render_quant_markdown(result: dict[str, Any]) -> str:
         else:
             head += f"Reference: {ref['deployment_id']} ({ref['target_quant']}, plain decoding).\n"
         parts.append(head)
-        body = [(v["deployment_id"], v["variant"] or DASH, v["method"], num(v["num_speculative_tokens"]),
+        body = [(v["deployment_id"], v["variant"] or DASH, v["method"], gamma_text(v),
                  v["target_quant"], v["draft_quant"] or DASH, times(v["throughput_ratio"]), pct(v["coverage"]),
                  num(v["mean_quality"]), _signed(v["quality_delta"]), v["exact_to"] or DASH)
                 for v in entry["variants"]]
