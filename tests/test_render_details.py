@@ -97,6 +97,18 @@ def test_a_single_request_shows_no_interval_and_an_unknown_gamma_the_dash():
     assert markdown._notes(doc) == "## Notes\n\n- " + doc["notes"][1] + "\n"
 
 
+def test_without_steps_the_summary_names_what_the_verdict_rests_on():
+    """Issue 37: "The verdict rests on the TPOT speedup" was said of every trace without steps,
+    also where no verdict had a speedup at all."""
+    tpot = {"verdict": [{"basis": "tpot", "speedup": 1.2}, {"basis": None, "speedup": None}]}
+    logs = {"verdict": [{"basis": "logs", "speedup": 1.1}, {"basis": "tpot", "speedup": 1.3}]}
+    none = {"verdict": [{"basis": "logs", "speedup": None}]}
+    assert markdown._stepless_basis(tpot) == " The verdict rests on the TPOT speedup."
+    assert markdown._stepless_basis(logs) == " The verdict rests on the TPOT speedup and the speedup from engine logs."
+    assert markdown._stepless_basis(none) == (" No verdict has a speedup to rest on (What to do says what would "
+                                              "decide it).")
+
+
 # --------------------------------------------------------------------------- 2. replay timing
 
 

@@ -338,8 +338,21 @@ def _summary(doc: dict) -> str:
             + _single_request_remark(doc)
             + ("" if has_steps(doc) else
                f"\nThese traces have no steps (per-step times; a response-only import has none), so "
-               f"{', '.join(STEP_SECTIONS[:-1])} and {STEP_SECTIONS[-1]} are left out: they need round times. "
-               "The verdict rests on the TPOT speedup.\n"))
+               f"{', '.join(STEP_SECTIONS[:-1])} and {STEP_SECTIONS[-1]} are left out: they need round times."
+               + _stepless_basis(doc) + "\n"))
+
+
+# What a verdict without steps rests on, as the summary names it.
+STEPLESS_BASES = {"tpot": "the TPOT speedup", "logs": "the speedup from engine logs"}
+
+
+def _stepless_basis(doc: dict) -> str:
+    """ " The verdict rests on the TPOT speedup.": only where a verdict does rest on one."""
+    used = [STEPLESS_BASES[b] for b in STEPLESS_BASES
+            if any(v.get("basis") == b and v.get("speedup") is not None for v in doc.get("verdict") or [])]
+    if not used:
+        return " No verdict has a speedup to rest on (What to do says what would decide it)."
+    return f" The verdict rests on {_joined(used)}."
 
 
 def _single_request_remark(doc: dict) -> str:
