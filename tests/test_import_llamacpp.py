@@ -478,6 +478,35 @@ def test_rounds_without_a_requests_row_are_kept_until_a_requests_table_lacks_the
         run("report", out).stdout
 
 
+def test_the_report_on_a_single_request_says_what_it_rests_on(tmp_path):
+    """Issue 37: the report on rounds.log's one per-round request showed γ=0 beside accept length
+    17.000 [17.000, 17.000], and "0 flagged of 1 requests checked" beside "the requests table is
+    absent". One request (16 drafted, 16 accepted: 1 + 16 / 1 = 17) gets no interval and is below
+    every floor; γ is unknown, not 0; the count says where its request is known from."""
+    out, _ = imported(tmp_path, "rounds.log", start="2026-07-01T00:00:00")
+    report = run("report", out).stdout
+    assert "| llama | unknown | – | – | 17.000 (1 request) | 17.000 | 100.0% | 17.000 | – | – | – | – |" in report
+    assert "[17.000, 17.000]" not in report and "interval rests on" not in report
+    assert ("\nγ is – for llama (its rounds drafted up to 16 tokens): its deployments row gives "
+            "num_speculative_tokens 0, which a speculative method cannot run with, so the configured length is "
+            "unknown (`specan import … --num-speculative-tokens N` sets it).\n") in report
+    assert ("\nllama rests on 1 request: not enough data for an interval (every resample of one request is that "
+            "request) and below every floor of `[evidence]`, so its accept length has none.\n") in report
+    assert ("- No verdict for llama: its speedup is unknown (no baseline: no none deployment with model unknown and "
+            "target_quant bf16), and not enough data: 1 request, floor 10 ([evidence] min_requests); at least 10 "
+            "of its requests and a plain-decoding deployment (method none) of model unknown with target_quant "
+            "bf16, or its baseline_id set, would decide it.\n") in report
+    # no TPOT speedup either: the summary no longer says the verdict rests on it
+    assert "they need round times. No verdict has a speedup to rest on (What to do says what would decide it).\n" \
+        in report
+    # the gates' "the requests table is absent" beside the rule that checks rounds alone
+    assert "| llama | latency | ttft_p99_ms | – | – | ≤ 2,000.0 | UNKNOWN | the requests table is absent |" in report
+    assert ("### no_acceptance: 0 flagged of 1 request checked (known from the rounds alone: no requests rows)\n"
+            in report)
+    assert "### looping: 0 flagged of 0 requests checked\n" in report
+    assert report.count("1 request could not be checked (see the notes).") == 2     # looping and stall
+
+
 def test_speculative_cli_summaries_one_interval_each(tmp_path):
     out, summary = imported(tmp_path, "speculative.log", start="2026-01-01T00:00:00")
     got = [(r["series"], r["start_time"], r["end_time"], r["num_drafts"], r["num_draft_tokens"],

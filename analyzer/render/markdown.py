@@ -898,6 +898,10 @@ def request_table(headers: list[str], listed: list[dict], cells: Callable[[dict]
                    *cells(r)) for r in listed])
 
 
+def _requests(n: int) -> str:
+    return f"{n:,} request{'' if n == 1 else 's'}"
+
+
 def _anomalies(doc: dict) -> str:
     if "anomalies" not in doc:
         return ""
@@ -908,17 +912,20 @@ def _anomalies(doc: dict) -> str:
     for c in doc["anomaly_checks"]:
         checked[c["kind"]][0] += c["checked"]
         checked[c["kind"]][1] += c["num_requests"]
+    # without requests rows the requests a rule checks are the ones the rounds name
+    from_rounds = (doc.get("input") or {}).get("requests") == 0
     parts = ["## Requests to look at\n",
              f"Requests that one of three rules flags, the top {ANOMALIES_SHOWN} of each kind by value "
              "(view `request_anomalies`; thresholds from the `[anomalies]` section of `--config`).\n"]
     for kind in ANOMALY_MEANINGS:
         flagged = by_kind.get(kind, [])
         done, total = checked[kind]
-        parts.append(f"### {kind}: {len(flagged):,} flagged of {done:,} requests checked\n\n"
+        known = " (known from the rounds alone: no requests rows)" if from_rounds and done else ""
+        parts.append(f"### {kind}: {len(flagged):,} flagged of {_requests(done)} checked{known}\n\n"
                      f"Rule: {anomaly_rule(kind, doc['anomaly_thresholds'])}. It usually means "
                      f"{ANOMALY_MEANINGS[kind]}.\n")
         if total > done:
-            parts.append(f"{total - done:,} requests could not be checked (see the notes).\n")
+            parts.append(f"{_requests(total - done)} could not be checked (see the notes).\n")
         if flagged:
             shown = flagged[:ANOMALIES_SHOWN]
             parts.append(request_table(["value", "threshold", "detail"], shown,
