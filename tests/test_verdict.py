@@ -657,9 +657,14 @@ def test_response_imports_are_decided_on_their_timings(tmp_path, source, fixture
              "there is no interval to tell noise from a gain") in v["text"])
 
 
-@pytest.mark.parametrize("source, fixture", [("sglang-responses", "sglang_responses.jsonl"),
-                                             ("trtllm-responses", "trtllm/responses.jsonl")])
-def test_responses_without_timings_say_what_would_decide(tmp_path, source, fixture):
+@pytest.mark.parametrize("source, fixture, requests", [("sglang-responses", "sglang_responses.jsonl", 3),
+                                                       ("trtllm-responses", "trtllm/responses.jsonl", 4)])
+def test_responses_without_timings_say_what_would_decide(tmp_path, source, fixture, requests):
     v = next(x for x in report_json(import_pair(tmp_path, source, fixture))["verdict"] if x["deployment_id"] == "spec")
     assert (v["action"], v["basis"]) == ("unknown", None)
-    assert v["settle"] == "request timings (first_token_time, finish_time) of both spec and base would decide it"
+    # its 3 or 4 responses are fewer than [evidence] min_requests, which the line says too (issue 37)
+    assert v["settle"] == ("at least 10 of its requests and request timings (first_token_time, finish_time) of both "
+                           "spec and base would decide it")
+    assert v["text"] == ("No verdict for spec: its speedup is unknown (no steps, and no request timings or log "
+                         f"intervals on both sides), and not enough data: {requests} requests, floor 10 ([evidence] "
+                         f"min_requests); {v['settle']}.")
