@@ -65,30 +65,34 @@ def test_nightly_out_that_cannot_be_created_exits_3_before_the_analysis(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
-def test_nightly_day_report_that_is_a_folder_exits_3_before_the_analysis(tmp_path):
+# A folder where a file is to be written is refused as input (exit 2, issue 37): it is not a
+# regular file, a FIFO, a character device or a socket.
+
+
+def test_nightly_day_report_that_is_a_folder_exits_2_before_the_analysis(tmp_path):
     (tmp_path / "out" / "2026-11-28" / "report.json").mkdir(parents=True)
     result = run("nightly", tmp_path / "no-traces", "--date", "2026-11-28", "--out", tmp_path / "out")
-    assert result.exit_code == 3
+    assert result.exit_code == 2
     assert one_line(result) == f"Error: cannot write {tmp_path / 'out' / '2026-11-28' / 'report.json'}: it is a folder"
     # nothing was written: no lock, no history, no other report
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["2026-11-28"]
     assert sorted(p.name for p in (tmp_path / "out" / "2026-11-28").iterdir()) == ["report.json"]
 
 
-def test_nightly_history_that_is_a_folder_exits_3_before_the_analysis(tmp_path):
+def test_nightly_history_that_is_a_folder_exits_2_before_the_analysis(tmp_path):
     (tmp_path / "out" / "history.parquet").mkdir(parents=True)
     result = run("nightly", tmp_path / "no-traces", "--date", "2026-11-28", "--out", tmp_path / "out")
-    assert result.exit_code == 3
+    assert result.exit_code == 2
     assert one_line(result) == f"Error: cannot write {tmp_path / 'out' / 'history.parquet'}: it is a folder"
 
 
-def test_load_db_that_cannot_be_written_exits_3_before_the_analysis(tmp_path):
+def test_load_db_that_cannot_be_written_fails_before_the_analysis(tmp_path):
     result = run("load", tmp_path / "no-traces", "--db", tmp_path / "missing" / "x.duckdb")
     assert result.exit_code == 3
     assert one_line(result) == (f"Error: cannot write {tmp_path / 'missing' / 'x.duckdb'}: the folder "
                                 f"{tmp_path / 'missing'} does not exist")
     result = run("load", tmp_path / "no-traces", "--db", tmp_path)
-    assert result.exit_code == 3
+    assert result.exit_code == 2
     assert one_line(result) == f"Error: cannot write {tmp_path}: it is a folder"
 
 
@@ -252,7 +256,7 @@ def test_a_collision_among_parents_is_an_internal_error(tmp_path):
         check_link_keys(ws.con, ws.summary.found)         # distinct keys, distinct uids: fine
         ws.con.execute("update requests set request_uid = (select request_uid from requests where request_id = 'r1')")
         with pytest.raises(InternalError, match=r"^hash collision: request_uid -?\d+ stands for two different "
-                                                r"requests keys"):
+                                                r"requests keys \(deployment_id a, request_id r1; deployment_id a, request_id r2\)"):
             check_link_keys(ws.con, ws.summary.found)
     finally:
         ws.close()
@@ -271,7 +275,8 @@ def test_a_collision_among_rounds_is_an_internal_error(tmp_path):
         ws.con.execute("delete from steps")
         create_views(ws.con, temporary=True)
         assert ws.con.execute("select step_uid_collides from step_rounds").fetchall() == [(True,)]
-        with pytest.raises(InternalError, match=r"^hash collision: step_uid 42 stands for two different steps keys"):
+        with pytest.raises(InternalError, match=r"^hash collision: step_uid 42 stands for two different steps keys \(rounds of "
+                                                r"step_id \d+ of deployment_id \w+ and of another\)"):
             check_link_keys(ws.con, ws.summary.found, ROUND_AGGREGATES)
     finally:
         ws.close()

@@ -155,15 +155,17 @@ def fallback(tmp_path, tabs_with_uids: dict, tabs_plain: dict, uid: str, problem
 @pytest.mark.parametrize("dirty", [False, True], ids=["in place", "exact path"])
 def test_a_wrong_uid_in_rounds_falls_back_to_the_string_keys(tmp_path, dirty):
     _, note = fallback(tmp_path, r2_named_by_r1s_uid(dirty), tables(dirty), "request_uid", "request_uid written in requests and rounds")
-    assert "stands for two request_ids in rounds" in note
+    # named by the ids in the files, not by the uid as specan reads it
+    assert "(rounds of request_id r1 (deployment_id a) share their request_uid with rounds of another request_id)" in note
 
 
 def test_a_uid_of_no_request_falls_back(tmp_path):
     tabs = tables(False)
     bad = with_uid_tables(tabs)
     bad["rounds"][2]["request_uid"] = 12345          # r2's round, a uid no request has
-    _, note = fallback(tmp_path, bad, tabs, "request_uid", "which requests gives another request_id or none")
-    assert "rounds of request_id 'r2' have request_uid 12345" in note
+    _, note = fallback(tmp_path, bad, tabs, "request_uid", "rounds of request_id r2 (deployment_id a) carry a "
+                       "request_uid that requests gives another request_id or none")
+    assert "12345" not in note
 
 
 def test_a_uid_shared_by_two_requests_falls_back(tmp_path):
@@ -172,7 +174,9 @@ def test_a_uid_shared_by_two_requests_falls_back(tmp_path):
     for row in bad["requests"] + bad["rounds"]:
         if row["request_id"] == "r2":
             row["request_uid"] = rid("a", "r1")
-    _, note = fallback(tmp_path, bad, tabs, "request_uid", f"request_uid {rid('a', 'r1')} stands for two requests keys")
+    _, note = fallback(tmp_path, bad, tabs, "request_uid", "(deployment_id a, request_id r1 and deployment_id a, "
+                       "request_id r2 have one request_uid in requests)")
+    assert str(rid("a", "r1")) not in note
 
 
 def test_a_step_id_without_its_step_uid_falls_back(tmp_path):
@@ -187,7 +191,8 @@ def test_a_step_with_two_uids_falls_back(tmp_path):
     tabs["steps"].append(step("a", 3, duration_ms=12.0))    # step 3 twice: duplicate_key, both rejected
     bad = with_uid_tables(tabs)
     bad["steps"][3]["step_uid"] = 99
-    _, note = fallback(tmp_path, bad, tabs, "step_uid", "step_id 3 has two step_uids in steps")
+    _, note = fallback(tmp_path, bad, tabs, "step_uid", "(deployment_id a, step_id 3 has two step_uids in steps, "
+                       "or rows without one)")
 
 
 def test_uids_in_some_files_only_are_not_used(tmp_path):

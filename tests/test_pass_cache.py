@@ -313,12 +313,12 @@ def _uid_cases():
     def wrong_in_rounds():
         bad = with_uid_tables(link_tables(False))
         bad["rounds"][2]["request_uid"] = rid("a", "r1")
-        return bad, link_tables(False), "request_uid", "stands for two request_ids in rounds"
+        return bad, link_tables(False), "request_uid", "share their request_uid with rounds of another request_id"
 
     def of_no_request():
         bad = with_uid_tables(link_tables(False))
         bad["rounds"][2]["request_uid"] = 12345
-        return bad, link_tables(False), "request_uid", "which requests gives another request_id or none"
+        return bad, link_tables(False), "request_uid", "carry a request_uid that requests gives another request_id or none"
 
     def shared_by_two():
         tabs = link_tables(True)
@@ -326,7 +326,7 @@ def _uid_cases():
         for row in bad["requests"] + bad["rounds"]:
             if row["request_id"] == "r2":
                 row["request_uid"] = rid("a", "r1")
-        return bad, tabs, "request_uid", "stands for two requests keys"
+        return bad, tabs, "request_uid", "have one request_uid in requests"
 
     def step_without_uid():
         bad = with_uid_tables(link_tables(False))

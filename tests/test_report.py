@@ -178,7 +178,7 @@ def test_an_output_that_cannot_be_written_fails_before_the_analysis(tmp_path):
     assert result.stderr == f"Error: cannot write {tmp_path / 'missing' / 'report.md'}: the folder " \
                             f"{tmp_path / 'missing'} does not exist\n"
     result = run("report", tmp_path / "no-traces", "-o", tmp_path)
-    assert result.exit_code == 3 and result.stderr == f"Error: cannot write {tmp_path}: it is a folder\n"
+    assert result.exit_code == 2 and result.stderr == f"Error: cannot write {tmp_path}: it is a folder\n"
 
 
 def test_no_baseline_is_said_plainly_and_never_invented(tmp_path):

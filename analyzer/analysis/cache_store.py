@@ -6,9 +6,12 @@ and a manifest (``<key>.json``: the unit's row counts, the database's size). The
 is a hash of everything the unit's results depend on (``analysis.pass_cache``);
 nothing is ever updated in place, so an entry is either complete or absent:
 
-- written atomically: the database and the manifest are written under temporary
-  names and renamed, the manifest last; a reader takes an entry only when its
-  manifest names the database's size;
+- written atomically and durably: the database and the manifest are written under
+  temporary names, flushed to disk (``fsync``) and renamed, the manifest last, and
+  the folder is flushed after the renames; a reader takes an entry only when its
+  manifest names the database's size and SHA-256, checked before any of it is read;
+  an entry that fails the check (a power loss, a flipped block) is deleted, and the
+  run computes its unit from the files, which writes it again;
 - safe under concurrent runs: the directory is private (created ``0700``; a
   directory that another user owns or may write is not used), and an exclusive lock
   (``.lock``, ``flock``) is held while entries are renamed into place or removed,
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -81,6 +85,7 @@ class Store:
     root: Path
     max_bytes: int
     used: set[str] = field(default_factory=set)
+    damaged: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.folder = self.root / LAYOUT
@@ -108,22 +113,55 @@ class Store:
             yield
 
     def get(self, key: str) -> Entry | None:
-        """The complete entry of ``key`` (its manifest touched: it was used now), or None."""
+        """The complete, intact entry of ``key`` (its manifest touched: it was used now), or
+        None. An entry whose database does not hash to its manifest's digest is removed."""
         manifest_path, database = self._paths(key)
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            if not isinstance(manifest, dict) or database.stat().st_size != manifest.get("database_bytes"):
-                return None
-            os.utime(manifest_path)
         except (OSError, ValueError):
             return None
+        try:
+            intact = (isinstance(manifest, dict) and database.stat().st_size == manifest.get("database_bytes")
+                      and file_digest(database) == manifest.get("database_sha256"))
+        except OSError:
+            intact = False
+        if not intact:
+            self.damaged[key] = manifest     # deleted by drop_damaged, outside ``reading``'s lock
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(manifest_path)
         self.used.add(key)
         return Entry(key, database, manifest)
+
+    def drop_damaged(self) -> list[str]:
+        """Delete the entries ``get`` found damaged (not under ``reading``: this takes the
+        exclusive lock). The keys deleted."""
+        dropped = [key for key, seen in self.damaged.items() if self.drop(key, seen if isinstance(seen, dict) else None)]
+        self.damaged.clear()
+        return dropped
+
+    def drop(self, key: str, seen: dict | None = None) -> bool:
+        """Remove ``key``'s entry (found damaged). With ``seen`` (its manifest as read), only
+        while the manifest is still that one: an entry another run put meanwhile is kept."""
+        manifest_path, database = self._paths(key)
+        with self._locked(exclusive=True):
+            if seen is not None:
+                try:
+                    if json.loads(manifest_path.read_text(encoding="utf-8")) != seen:
+                        return False
+                except (OSError, ValueError):
+                    pass
+            manifest_path.unlink(missing_ok=True)
+            database.unlink(missing_ok=True)
+        self.used.discard(key)
+        return True
 
     def _complete(self, key: str) -> bool:
         manifest_path, database = self._paths(key)
         try:
-            return database.stat().st_size == json.loads(manifest_path.read_text(encoding="utf-8"))["database_bytes"]
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            return (database.stat().st_size == manifest["database_bytes"]
+                    and file_digest(database) == manifest["database_sha256"])
         except (OSError, ValueError, KeyError, TypeError):
             return False
 
@@ -133,11 +171,14 @@ class Store:
 
     def put(self, key: str, written: Path, manifest: dict) -> None:
         """Rename the database ``written`` (from ``new_database``) into place as ``key``'s,
-        then its manifest. An entry another run put meanwhile is kept (the same key: the same content)."""
+        then its manifest, each flushed to disk first and the folder after. An intact entry
+        another run put meanwhile is kept (the same key: the same content)."""
         manifest_path, database = self._paths(key)
-        manifest = {**manifest, "database_bytes": written.stat().st_size}
+        _flush(written)
+        manifest = {**manifest, "database_bytes": written.stat().st_size, "database_sha256": file_digest(written)}
         text = self.folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex}.json"
         text.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        _flush(text)
         for path in (written, text):
             path.chmod(0o600)     # the user's alone, as the folder
         with self._locked(exclusive=True):
@@ -147,6 +188,7 @@ class Store:
             else:
                 os.replace(written, database)
                 os.replace(text, manifest_path)
+                _flush_folder(self.folder)
         self.used.add(key)
 
     def discard(self, path: Path) -> None:
@@ -184,6 +226,30 @@ class Store:
 
     def _paths(self, key: str) -> tuple[Path, Path]:
         return self.folder / f"{key}.json", self.folder / f"{key}.duckdb"
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in blocks."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _flush(path: Path) -> None:
+    """Write a file's data to disk (its rename must not come first after a power loss)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _flush_folder(folder: Path) -> None:
+    """Write a folder's entries (the renames) to disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _private_dir(path: Path) -> None:

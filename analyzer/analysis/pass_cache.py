@@ -18,7 +18,7 @@ deployments are not partitioned alike). Otherwise the whole trace is one unit.
 Exact by construction:
 
 - a unit's key hashes every input its results depend on: its files (path, size,
-  modification time), the deployments files its parents' rules read, the shape of
+  modification time, inode, status change time, Parquet footer), the deployments files its parents' rules read, the shape of
   every table as found (columns present anywhere, partitions, link keys written),
   specan's code, SQL and schemas, DuckDB's version and the n-gram length;
 - each pass declares how its units merge (``sql/materialized.toml``, ``[partials]``):
@@ -28,12 +28,11 @@ Exact by construction:
   least and greatest kept), each column cast back to its type;
 - the row rules that read a row alone are counted per unit, and so are the rules
   that read other rows (unknown and ambiguous parents, duplicates, order: the unit's
-  aggregates against every parent as read) and the link keys' checks (the unit's
-  parents among themselves, its rounds against every parent); all are kept in the
-  entry. Each count is zero in every unit exactly when it is zero over the merged
-  tables, since a unit's keys are its own; the one check that spans units, no parent
-  link key in two partitions, runs on every run. A break sends the run down the
-  exact path without the cache (``ingest.load``).
+  aggregates against every parent as read) and the link keys' checks of its rounds
+  (against every parent); all are kept in the entry. Each count is zero in every unit exactly when it is zero over the merged
+  tables, since a unit's keys are its own. The parents' own checks of the link keys
+  run over every parent on every run (parents may sit in partitions without rounds,
+  in no unit). A break sends the run down the exact path without the cache (``ingest.load``).
 """
 
 from __future__ import annotations
@@ -54,11 +53,11 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..ingest import rules
-from ..ingest.load import (LINKS, RoundsInPlace, TableFiles, decide_link_keys, in_place_counts, link_key_hits,
-                           table_plan, uid_in_two_partitions_sql)
+from ..ingest.load import (RoundsInPlace, TableFiles, decide_link_keys, in_place_counts, link_key_hits,
+                           table_plan)
 from ..ingest.schema import TableSchema, load_schemas
 from ..resources import resource_dir
-from .cache_store import CacheUnusable, Entry, Store
+from .cache_store import CacheUnusable, Entry, Store, file_digest
 from .views import MATERIALIZED_FILE, ROUND_AGGREGATES, View, ViewError
 
 Progress = Callable[[str], None]
@@ -183,8 +182,27 @@ def _canonical(value):
 
 
 def _fingerprint(path: Path) -> list:
+    """What identifies a file's content without reading its data (docs/commands.md, "The
+    cache of the passes"): its path, size and modification time; its inode and status
+    change time, which a rewrite changes even when it keeps the size and sets the
+    modification time back (``os.utime``, ``cp -p``, ``rsync -a``, a restored archive);
+    and a digest of its Parquet footer (row groups, their sizes and statistics)."""
     info = path.stat()
-    return [str(path.resolve()), info.st_size, info.st_mtime_ns]
+    return [str(path.resolve()), info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns, _footer_digest(path)]
+
+
+def _footer_digest(path: Path) -> str:
+    """SHA-256 of the file's Parquet footer (its last bytes: the footer, its length, PAR1)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        if size < 8:
+            return ""
+        f.seek(size - 8)
+        tail = f.read(8)
+        length = min(int.from_bytes(tail[:4], "little"), size - 8)
+        f.seek(size - 8 - length)
+        return hashlib.sha256(f.read(length) + tail).hexdigest()
 
 
 def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], repeat_n: int,
@@ -300,6 +318,8 @@ class CachedPasses:
                     self.row_counts[unit.key] = entry.manifest["row_pass"]
                     self.witness[unit.key] = entry.manifest["witness"]
                     self.link_hits[unit.key] = entry.manifest["link_hits"]
+        for key in self.store.drop_damaged():
+            self.stats.problems.append(f"deleted a damaged cache entry ({key}): its unit is read from the files")
         self.stats.read = len(self.entries)
         new = [u for u in self.units if u.key not in self.entries]
         if new:
@@ -372,8 +392,7 @@ class CachedPasses:
                                                          ROUND_AGGREGATES)
                 self.link_hits[unit.key] = _jsonable(link_key_hits(
                     lambda sql: con.execute(sql).fetchone(), self.found, rules.parents_as_read_sql,
-                    ROUND_AGGREGATES, written=self.written,
-                    parents_where=unit.filter_sql() if self.partitioned else None))
+                    ROUND_AGGREGATES, written=self.written, parents=False))
                 if written is not None:
                     self._put(unit, written)
             elif written is not None:
@@ -417,24 +436,25 @@ class CachedPasses:
         return {reason: n for reason, n in total.items() if n}
 
     def check_link_keys(self, con: duckdb.DuckDBPyConnection, rows_without_uid: dict[str, int]) -> bool:
-        """``ingest.load.check_link_keys`` from the units' kept findings, with the one check
-        that spans units run here: no parent's link key in two partitions. False when the
-        passes were not built from units or are checked over the merged tables (the caller
-        checks the usual way)."""
+        """``ingest.load.check_link_keys`` with the rounds' findings read from the units
+        (each unit's first offending row; the least of them is the one a pass over the
+        merged tables finds, since every check orders its rows) and the parents' own checks
+        run here, over every parent as read: they are cheap, and parents may sit in
+        partitions that have no rounds, which are in no unit. False when the passes were
+        not built from units or are checked over the merged tables (the caller checks the
+        usual way)."""
         if not (self.built and self.per_unit):
             return False
-        hits: dict[str, dict] = {}
+        hits = link_key_hits(lambda sql: con.execute(sql).fetchone(), self.found, rules.parents_as_read_sql,
+                             written=self.written, rounds=False)
         for unit in self.units:
             for uid, found_here in self.link_hits[unit.key].items():
                 merged = hits.setdefault(uid, {})
-                for check, hit in found_here.items():
-                    if merged.get(check) is None:
-                        merged[check] = hit
-        if self.partitioned:
-            for parent, uid, _column, _holder in LINKS:
-                sql = uid_in_two_partitions_sql(self.found, parent, uid, rules.parents_as_read_sql(parent))
-                if self.found[parent].present and sql and hits.setdefault(uid, {}).get("parent_collision") is None:
-                    hits[uid]["parent_collision"] = con.execute(sql).fetchone()
+                for check, row in found_here.items():
+                    if row is not None and (merged.get(check) is None or list(row) < list(merged[check])):
+                        merged[check] = row
+                    else:
+                        merged.setdefault(check, None)
         decide_link_keys(hits, written=self.written, rows_without_uid=rows_without_uid)
         return True
 
@@ -514,6 +534,8 @@ class CachedPasses:
                     con.execute(f"attach '{entry.database}' as {alias} (read_only)")
                 except duckdb.Error as exc:
                     # removed by another run's size bound since it was looked up, or damaged
+                    # since its digest was checked: it is deleted, and this run reads the files
+                    self.store.drop(unit.key, entry.manifest or None)
                     raise CacheFallback(f"the cache entry of {unit.label} cannot be opened "
                                         f"({str(exc).splitlines()[0]})") from None
                 self.attached.append(alias)
@@ -535,9 +557,28 @@ class CachedPasses:
                     con.execute(f'create temp table "{name}" as '
                                 f'select {_sum_columns(merge, columns)} from ({union}) '
                                 f'group by {", ".join(rules.q(c) for c in merge.key)}')
+        except duckdb.Error as exc:
+            # an entry's blocks could not be read (they were checked against its digest when
+            # it was looked up: damaged since): delete the entries that no longer match, read the files
+            self.release(con)
+            damaged = [u.label for u in self.units if self._drop_if_damaged(u.key)]
+            raise CacheFallback(f"reading the cache entries failed ({str(exc).splitlines()[0]})"
+                                + (f"; deleted the damaged entries of {', '.join(damaged)}" if damaged else "")) \
+                from None
         except BaseException:
             self.release(con)
             raise
+
+    def _drop_if_damaged(self, key: str) -> bool:
+        """Delete ``key``'s entry if its database no longer hashes to its manifest's digest."""
+        entry = self.entries.get(key)
+        if not isinstance(entry, Entry) or not entry.manifest:
+            return False
+        try:
+            intact = file_digest(entry.database) == entry.manifest.get("database_sha256")
+        except OSError:
+            intact = False
+        return not intact and self.store.drop(key, entry.manifest)
 
     def release(self, con: duckdb.DuckDBPyConnection) -> None:
         """Drop the merged views and detach the entries (before the passes are built again

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
@@ -121,8 +122,11 @@ _PARTITION_SEGMENT = re.compile(r"^([^=/]+)=(.*)$")
 
 
 def partition_values(folders) -> dict[str, str]:
-    """The Hive partition values of a file below a table's folder: ``key=value`` folder names."""
-    return {m.group(1): m.group(2) for segment in folders if (m := _PARTITION_SEGMENT.match(segment))}
+    """The Hive partition values of a file below a table's folder: ``key=value`` folder
+    names, each value decoded as DuckDB and Spark decode it when they read the column
+    (percent-encoding, UTF-8: ``hour=00%3A00`` is 00:00, as Spark writes it; an invalid
+    escape stays as written). The one place specan reads a partition value from a path."""
+    return {m.group(1): unquote(m.group(2)) for segment in folders if (m := _PARTITION_SEGMENT.match(segment))}
 
 
 def _partitions_of(path: Path, root: Path | None) -> dict[str, str]:
@@ -584,43 +588,63 @@ def with_hashed_fallback(run, summary_of, progress: Progress | None = None):
         return result
 
 
+# The checks below return their first offending row in a stated order (the same row on
+# every engine, and with or without the cache of the passes: the note it gives is the
+# same document), and name what they found by the values in the user's files: the
+# deployment, the id and the partition, never the link key as specan reads it (a
+# written uid mixed with the partition values, or specan's own hash of the string keys).
+
+
+def _key_text_sql(column: str, shared: list[str]) -> str:
+    """A parent key as the user wrote it: 'deployment_id d, request_id r, date=2026-11-28'."""
+    return ("concat_ws(', ', 'deployment_id ' || cast(deployment_id as varchar), "
+            f"'{column} ' || cast({rules.q(column)} as varchar), {rules.partition_text_sql(tuple(shared))})")
+
+
 def parent_collision_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
                          relation: str) -> str:
-    """One ``uid`` of the parent rows in ``relation`` that stands for two keys, if any."""
+    """The first ``uid`` of the parent rows in ``relation`` that stands for two keys, if
+    any: ``(uid, one key, another key)``, the keys as text."""
     shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
     key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
-    return f"select {uid} from {relation} group by {uid} having count(distinct ({key}, 0)) > 1 limit 1"
+    text = _key_text_sql(column, shared)
+    return (f"select {uid}, min({text}), max({text}) from {relation} group by {uid} "
+            f"having count(distinct ({key}, 0)) > 1 order by 2, 3 limit 1")
 
 
-def aggregate_collision_sql(uid: str, aggregate: str) -> str:
-    """One ``uid`` behind which the rounds name two ids (the aggregate's min and max differ)."""
-    return f"select {uid} from {aggregate} where {uid}_collides limit 1"
+def aggregate_collision_sql(uid: str, aggregate: str, column: str) -> str:
+    """The first ``uid`` behind which the rounds name two ids (the aggregate's min and max
+    differ): ``(deployment_id, the least id, uid)``."""
+    c = rules.q(column)
+    return (f"select deployment_id, {c}, {uid} from {aggregate} where {uid}_collides "
+            f"order by deployment_id, {c}, {uid} limit 1")
 
 
-def collision(uid: str, value, parent: str) -> InternalError:
-    return InternalError(f"hash collision: {uid} {value} stands for two different {parent} keys, "
+def collision(uid: str, value, parent: str, keys: str = "") -> InternalError:
+    return InternalError(f"hash collision: {uid} {value} stands for two different {parent} keys{keys}, "
                          "which every number would merge; nothing is reported (please report this)")
 
 
 def parent_key_uids_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
                         relation: str) -> str:
-    """One key of the parent rows in ``relation`` that has two uids, if any (its id)."""
+    """The first key of the parent rows in ``relation`` that has two uids, if any: ``(key as text,)``."""
     shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
     key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
-    return (f"select {rules.q(column)} from {relation} group by {key} "
-            f"having count(distinct {uid}) > 1 or count({uid}) < count(*) limit 1")
+    return (f"select min({_key_text_sql(column, shared)}) from {relation} group by {key} "
+            f"having count(distinct {uid}) > 1 or count({uid}) < count(*) order by 1 limit 1")
 
 
 def misdirected_uid_sql(uid: str, column: str, aggregate: str, parents: str) -> str:
-    """One ``uid`` of the rounds (``aggregate``, one row per deployment_id and uid) that no
-    parent as read has, or whose parent has another key: the rounds' own key, not the
-    uid, names their parent. Run after the rows are clean, when every clean round has
-    a parent by its string key (unknown_* rejects the others)."""
-    return (f"select a.{uid}, a.{rules.q(column)} from {aggregate} as a "
-            f"left join (select distinct {uid}, deployment_id, {rules.q(column)} from {parents}) as p "
+    """The first ``uid`` of the rounds (``aggregate``, one row per deployment_id and uid)
+    that no parent as read has, or whose parent has another key: the rounds' own key, not
+    the uid, names their parent. ``(deployment_id, id, uid)``. Run after the rows are
+    clean, when every clean round has a parent by its string key (unknown_* rejects the others)."""
+    c = rules.q(column)
+    return (f"select a.deployment_id, a.{c}, a.{uid} from {aggregate} as a "
+            f"left join (select distinct {uid}, deployment_id, {c} from {parents}) as p "
             f"on p.{uid} = a.{uid} "
             f"where p.{uid} is null or p.deployment_id <> a.deployment_id "
-            f"or p.{rules.q(column)} <> a.{rules.q(column)} limit 1")
+            f"or p.{c} <> a.{c} order by a.deployment_id, a.{c}, a.{uid} limit 1")
 
 
 # The aggregates check_link_keys reads off the rounds table when no view built them (validate).
@@ -665,27 +689,27 @@ def link_key_checks(fetch: Callable[[str], tuple | None], found: dict[str, Table
 def link_key_hits(fetch: Callable[[str], tuple | None], found: dict[str, TableFiles],
                   parents_of: Callable[[str], str], aggregates: rules.RoundAggregates | None = None, *,
                   written: frozenset[str] = frozenset(), rounds: bool = True,
-                  parents_where: str | None = None) -> dict[str, dict[str, tuple | None]]:
+                  parents: bool = True) -> dict[str, dict[str, tuple | None]]:
     """What each check of ``link_key_checks`` finds, per link key: the first offending row
-    of each query, or None. ``parents_where`` restricts the parents' own checks (one trace
-    unit's parents, the cache of the passes); the rounds are always checked against every parent."""
+    of each query, or None. Without ``parents`` the parents' own checks are left out (the
+    cache of the passes keeps a trace unit's rounds' findings, and checks every parent
+    on every run); the rounds are always checked against every parent."""
     hits: dict[str, dict[str, tuple | None]] = {}
     for parent, uid, column, holder in LINKS:
         is_written = uid in written
-        parents = parents_of(parent)
-        own = f"(select * from {parents} where {parents_where})" if parents_where else parents
+        parents_sql = parents_of(parent)
         found_here: dict[str, tuple | None] = {}
-        if found[parent].present:
-            found_here["parent_collision"] = fetch(parent_collision_sql(found, parent, uid, column, own))
+        if parents and found[parent].present:
+            found_here["parent_collision"] = fetch(parent_collision_sql(found, parent, uid, column, parents_sql))
             if is_written:
-                found_here["parent_key_uids"] = fetch(parent_key_uids_sql(found, parent, uid, column, own))
+                found_here["parent_key_uids"] = fetch(parent_key_uids_sql(found, parent, uid, column, parents_sql))
         relation = getattr(aggregates, holder) if aggregates is not None else None
         if relation is None and is_written:
             relation = getattr(ROUNDS_BY_LINK_KEY, holder)
         if rounds and relation is not None:
-            found_here["aggregate_collision"] = fetch(aggregate_collision_sql(uid, relation))
+            found_here["aggregate_collision"] = fetch(aggregate_collision_sql(uid, relation, column))
             if is_written:
-                found_here["misdirected"] = fetch(misdirected_uid_sql(uid, column, relation, parents))
+                found_here["misdirected"] = fetch(misdirected_uid_sql(uid, column, relation, parents_sql))
         hits[uid] = found_here
     return hits
 
@@ -701,32 +725,24 @@ def decide_link_keys(hits: dict[str, dict[str, tuple | None]], *, written: froze
         if is_written and rows_without_uid.get(uid):
             raise InvalidLinkKeys(uid, parent, f"{rows_without_uid[uid]} rows have a {column} but no {uid}")
         hit = found_here.get("parent_collision")
-        if hit is not None and is_written:
-            raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {parent} keys")
-        if hit is None and is_written:
-            twice = found_here.get("parent_key_uids")
-            if twice is not None:
-                raise InvalidLinkKeys(uid, parent, f"{column} {twice[0]!r} has two {uid}s in {parent}")
-        if hit is None:
-            hit = found_here.get("aggregate_collision")
-            if hit is not None and is_written:
-                raise InvalidLinkKeys(uid, parent, f"{uid} {hit[0]} stands for two {column}s in rounds")
         if hit is not None:
-            raise collision(uid, hit[0], parent)
+            if is_written:
+                raise InvalidLinkKeys(uid, parent, f"{hit[1]} and {hit[2]} have one {uid} in {parent}")
+            raise collision(uid, hit[0], parent, f" ({hit[1]}; {hit[2]})")
+        twice = found_here.get("parent_key_uids") if is_written else None
+        if twice is not None:
+            raise InvalidLinkKeys(uid, parent, f"{twice[0]} has two {uid}s in {parent}, or rows without one")
+        hit = found_here.get("aggregate_collision")
+        if hit is not None:
+            if is_written:
+                raise InvalidLinkKeys(uid, parent, f"rounds of {column} {hit[1]} (deployment_id {hit[0]}) "
+                                                   f"share their {uid} with rounds of another {column}")
+            raise collision(uid, hit[2], parent, f" (rounds of {column} {hit[1]} of deployment_id {hit[0]} "
+                                                 f"and of another)")
         wrong = found_here.get("misdirected") if is_written else None
         if wrong is not None:
-            raise InvalidLinkKeys(uid, parent, f"rounds of {column} {wrong[1]!r} have {uid} {wrong[0]}, "
-                                               f"which {parent} gives another {column} or none")
-
-
-def uid_in_two_partitions_sql(found: dict[str, TableFiles], parent: str, uid: str, relation: str) -> str | None:
-    """One ``uid`` of the parent rows in ``relation`` that rows of two partitions share (the
-    parents' check across trace units; None when the link holds no partition)."""
-    shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
-    if not shared:
-        return None
-    return (f"select {uid} from {relation} group by {uid} "
-            f"having count(distinct ({', '.join(rules.q(c) for c in shared)}, 0)) > 1 limit 1")
+            raise InvalidLinkKeys(uid, parent, f"rounds of {column} {wrong[1]} (deployment_id {wrong[0]}) "
+                                               f"carry a {uid} that {parent} gives another {column} or none")
 
 
 def table_plan(entry: TableFiles, schema: TableSchema, found: dict[str, TableFiles],

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from ...errors import InputProblem
 from ...resources import resource_dir
+from ..load import partition_values
 from ..uids import uid_columns
 
 # Declared type → the exact Arrow type an importer writes.
@@ -463,8 +464,6 @@ def deployment_row(deployment_id: str, overrides: Overrides, *, model: str | Non
 
 # --------------------------------------------------------------------------- writer
 
-_PARTITION_SEGMENT = re.compile(r"^([^=/]+)=(.*)$")
-
 # Tables whose folders tell how a trace directory is partitioned.
 LAYOUT_TABLES = ("deployments", "requests", "steps", "rounds", "intervals", "import_notes")
 
@@ -490,12 +489,8 @@ def _table_files(out: Path, table: str) -> list[Path]:
 
 
 def _partitions(path: Path, root: Path) -> dict[str, str]:
-    found = {}
-    for segment in path.relative_to(root).parts[:-1]:
-        m = _PARTITION_SEGMENT.match(segment)
-        if m:
-            found[m[1]] = m[2]
-    return found
+    # decoded as the loader decodes them (one place: ingest.load.partition_values)
+    return partition_values(path.relative_to(root).parts[:-1])
 
 
 def _utc_date(us: int) -> str:
