@@ -47,8 +47,10 @@ cells as (
         batch_bucket,
         context_bucket,
         grouping(context_bucket) = 1 as over_contexts,
-        -- a DOUBLE sum, added in load order: the same in every run
-        sum(counterfactual_ms order by load, reason) as counterfactual_ms,
+        -- a DOUBLE sum in a total order of the group's rows (load, context bucket, reason):
+        -- the same in every run; the cells over every context add several context buckets
+        -- at one load, so load alone leaves their order to the threads
+        sum(counterfactual_ms order by load, context_bucket, reason) as counterfactual_ms,
         sum(tokens) filter (where reason is null) as matched_tokens,
         sum(time_ms) filter (where reason is null) as matched_time_ms,
         sum(tokens) as tokens,

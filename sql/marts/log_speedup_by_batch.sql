@@ -39,8 +39,8 @@ buckets as (
         sum(units) as num_intervals,
         cast(sum(time_ms) as double) / 1000 as seconds,
         cast(sum(tokens) as double) as generated_tokens,
-        -- a DOUBLE sum, added in load order: the same in every run
-        sum(counterfactual_ms order by load) / 1000 as baseline_seconds_for_tokens,
+        -- a DOUBLE sum in a total order of the rows (load, reason): the same in every run
+        sum(counterfactual_ms order by load, reason) / 1000 as baseline_seconds_for_tokens,
         cast(sum(tokens) filter (where reason is null) as double) as matched_tokens,
         cast(sum(time_ms) filter (where reason is null) as double) / 1000 as matched_seconds
     from costed
