@@ -283,7 +283,7 @@ def apply_edit(edit: str, traces: Path, cache: Path, index: int) -> None:
             flip_bytes(entries[index % len(entries)], 12_288 + 7 * index)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.sampled_from(EDITS), min_size=1, max_size=3))
 def test_the_cached_document_is_the_uncached_one_after_any_edits(two_days, tmp_path_factory, edits):
     work = tmp_path_factory.mktemp("edits")

@@ -12,8 +12,10 @@
 -- time_block: the step's block of time, 1 to intervals_blocks(), in order of start time:
 -- equal numbers of the deployment's decode steps each, which the interval resamples
 -- (analyzer/analysis/uncertainty.py). Steps that start together are ordered by step_id,
--- the id the trace wrote, so every engine cuts the blocks alike (step_uid is each
--- engine's own hash).
+-- the id the trace wrote, so every engine cuts the blocks alike; steps of two partitions
+-- with one start time and one step_id (a day copied under another date) last by
+-- step_uid, so a run never leaves their order to the threads (step_uid is each engine's
+-- own hash when the trace wrote none: only such ties may then be cut apart differently).
 select
     r.deployment_id,
     r.step_uid,
@@ -23,7 +25,7 @@ select
     r.num_rounds,
     r.num_committed_tokens,
     r.num_rounds * exact_ms(s.duration_ms) as time_ms,
-    ntile(intervals_blocks()) over (partition by r.deployment_id order by s.start_time, r.step_id) as time_block
+    ntile(intervals_blocks()) over (partition by r.deployment_id order by s.start_time, r.step_id, r.step_uid) as time_block
 from step_rounds as r
 join steps as s on s.step_uid = r.step_uid
 where s.num_prefill_tokens = 0
