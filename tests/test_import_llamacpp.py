@@ -487,6 +487,9 @@ def test_the_report_on_a_single_request_says_what_it_rests_on(tmp_path):
     report = run("report", out).stdout
     assert "| llama | unknown | – | – | 17.000 (1 request) | 17.000 | 100.0% | 17.000 | – | – | – | – |" in report
     assert "[17.000, 17.000]" not in report and "interval rests on" not in report
+    (llama,) = json.loads(run("report", out, "--format", "json").stdout)["deployments"]
+    assert llama["num_requests"] == 1 and llama["mean_accept_length"] == 17.0
+    assert llama["mean_accept_length_interval"] is None        # not [17.0, 17.0]
     assert ("\nγ is – for llama (its rounds drafted up to 16 tokens): its deployments row gives "
             "num_speculative_tokens 0, which a speculative method cannot run with, so the configured length is "
             "unknown (`specan import … --num-speculative-tokens N` sets it).\n") in report

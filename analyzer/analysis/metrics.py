@@ -133,7 +133,10 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             # 95 % intervals: the speedups' a block jackknife over time (analysis/uncertainty.py),
             # the accept length's a bootstrap over requests (view headline_intervals)
             "speedup_interval": (matched.get(dep, {}).get("rounds") or {}).get("interval"),
-            "mean_accept_length_interval": _interval(intervals_95.get(dep), "mean_accept_length"),
+            # on one request every resample of the accept length is that request: its [x, x]
+            # is no interval, so there is none (the report says it rests on 1 request)
+            "mean_accept_length_interval": (_interval(intervals_95.get(dep), "mean_accept_length")
+                                            if (d["num_requests"] or 0) > 1 else None),
             "speedup_coverage": d["speedup_coverage"],
             "speedup_note": d["speedup_note"],
             # the batch buckets it ran in that the speedup leaves out, and why (view speedup_uncovered)
