@@ -183,7 +183,7 @@ def test_a_step_id_without_its_step_uid_falls_back(tmp_path):
     tabs = tables(False)
     bad = with_uid_tables(tabs)
     bad["rounds"][1]["step_uid"] = None
-    _, note = fallback(tmp_path, bad, tabs, "step_uid", "1 rows have a step_id but no step_uid")
+    _, note = fallback(tmp_path, bad, tabs, "step_uid", "1 row has a step_id but no step_uid")
 
 
 def test_a_step_with_two_uids_falls_back(tmp_path):

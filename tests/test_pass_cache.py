@@ -331,7 +331,7 @@ def _uid_cases():
     def step_without_uid():
         bad = with_uid_tables(link_tables(False))
         bad["rounds"][1]["step_uid"] = None
-        return bad, link_tables(False), "step_uid", "1 rows have a step_id but no step_uid"
+        return bad, link_tables(False), "step_uid", "1 row has a step_id but no step_uid"
 
     return {"wrong uid in rounds": wrong_in_rounds, "uid of no request": of_no_request,
             "uid shared by two requests": shared_by_two, "step id without its uid": step_without_uid}

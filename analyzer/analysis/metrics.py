@@ -357,8 +357,9 @@ def _repetition_notes(repetition: list[dict]) -> list[str]:
     n = repetition[0]["repeat_n"]
     without = sum(r["requests_without_tokens"] for r in repetition)
     if without:
-        notes.append(f"{without} requests have no prompt_token_ids or output_token_ids: they are left out of "
-                     "the repetition statistics (repeat_ratio)")
+        notes.append(f"{without} {'request has' if without == 1 else 'requests have'} no prompt_token_ids or "
+                     f"output_token_ids: {'it is' if without == 1 else 'they are'} left out of the repetition "
+                     "statistics (repeat_ratio)")
     empty = [f"{r['deployment_id']}/{r['category']}" for r in repetition if r["repeat_ratio"] is None]
     if empty and len(empty) < len(repetition):
         notes.append(f"repeat_ratio is null for {', '.join(empty)}: no request there has token ids and an "
@@ -478,7 +479,8 @@ def _table_notes(con, summary: LoadSummary) -> list[str]:
     no_step = con.execute("select coalesce(sum(num_rounds), 0) from round_cells where not has_step"
                           ).fetchone()[0] if summary.present.get("steps") else 0
     if no_step:
-        notes.append(f"{no_step} rounds have no clean step: they count for acceptance only, not for timing")
+        notes.append(f"{no_step} {'round has' if no_step == 1 else 'rounds have'} no clean step: "
+                     f"{'it counts' if no_step == 1 else 'they count'} for acceptance only, not for timing")
     no_context = con.execute("select coalesce(sum(num_rounds), 0) from round_cells where context_bucket is null"
                              ).fetchone()[0]
     if no_context and summary.rows_clean.get("rounds"):

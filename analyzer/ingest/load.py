@@ -722,8 +722,10 @@ def decide_link_keys(hits: dict[str, dict[str, tuple | None]], *, written: froze
     for parent, uid, column, _holder in LINKS:
         is_written = uid in written
         found_here = hits.get(uid, {})
-        if is_written and rows_without_uid.get(uid):
-            raise InvalidLinkKeys(uid, parent, f"{rows_without_uid[uid]} rows have a {column} but no {uid}")
+        missing = rows_without_uid.get(uid) if is_written else 0
+        if missing:
+            rows = "1 row has" if missing == 1 else f"{missing} rows have"
+            raise InvalidLinkKeys(uid, parent, f"{rows} a {column} but no {uid}")
         hit = found_here.get("parent_collision")
         if hit is not None:
             if is_written:
