@@ -268,7 +268,8 @@ def mangled(root: Path, edits: list[tuple[str, int]]) -> Path:
         elif what == "accepted_over_drafted":
             r["num_accepted_tokens"] = r["num_draft_tokens"] + 1
         elif what == "committed_over":
-            r["num_committed_tokens"] = r["num_accepted_tokens"] + 2
+            # over accepted + 1; a round whose accepted count an earlier edit nulled counts it as 0
+            r["num_committed_tokens"] = (r["num_accepted_tokens"] or 0) + 2
         elif what == "truncated":
             r["num_committed_tokens"], r["stop_reason"] = r["num_accepted_tokens"], None
         elif what == "unknown_request":
