@@ -137,9 +137,16 @@ _KEEPING: contextvars.ContextVar[Keeping] = contextvars.ContextVar("specan_spark
 def materialize(frame):
     """Compute ``frame`` once and keep it: later queries read the result instead of
     recomputing it. With a checkpoint (local or reliable) the plan is cut to a scan of the
-    result, so later queries do not re-analyse its lineage either (with a persisted frame
-    every query re-plans the rules' joins, about a second per query)."""
+    result, so later queries do not re-analyse its lineage either.
+
+    Persisted (a cluster without a checkpoint folder), the plan is cut too: the frame's
+    rows as an RDD of the JVM's Rows, read back as a DataFrame over that RDD, and that
+    one persisted. Its blocks are still recomputed from the RDD's lineage when an
+    executor goes away, but a later query's plan stops at it. A persisted frame keeps
+    its whole lineage in every plan that reads it, and the heavy views stack on each
+    other: the driver re-analysed (and held) every view beneath each one it planned."""
     from pyspark import StorageLevel
+    from pyspark.sql import DataFrame
 
     keeping = _KEEPING.get()
     if keeping.how == "local":
@@ -147,7 +154,10 @@ def materialize(frame):
     elif keeping.how == "checkpoint":
         kept = frame.checkpoint(eager=True)
     else:
-        kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        spark = frame.sparkSession
+        rows = frame._jdf.javaRDD()         # JVM Rows: nothing passes through Python
+        cut = DataFrame(spark._jsparkSession.createDataFrame(rows, frame._jdf.schema()), spark)
+        kept = cut.persist(StorageLevel.MEMORY_AND_DISK)
         kept.count()
     keeping.kept.append(kept)
     return kept

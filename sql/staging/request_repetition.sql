@@ -7,15 +7,14 @@
 -- inside ctx = prompt + output[:t]; a prompt copy when that occurrence lies in the
 -- prompt. Each (n+1)-gram is hashed (ngram_hash, n = repeat_n()); its first
 -- occurrence in the request decides both: a repeat when it ends before position t,
--- a prompt copy when it ends inside the prompt. Positions with fewer than n tokens
+-- a prompt copy when it ends inside the prompt (counted per gram: gram_groups). Positions with fewer than n tokens
 -- of context are not eligible.
 --
 -- self_repeat_ratio(n) is repeat_ratio(n) with the context restricted to the output
 -- itself (request_anomalies: looping). Position t is self-eligible when its (n+1)-gram
 -- starts inside the output (t ≥ n), and a self-repeat when that gram ended earlier
 -- wholly inside the output: a prompt copy alone is not a self-repeat, which is what
--- tells a loop from a code edit. The same pass computes both: the gram's first
--- in-output occurrence is a second minimum over the same groups.
+-- tells a loop from a code edit. The same pass computes both, over the same groups.
 with sequences as (
     select
         request_uid,
@@ -44,27 +43,34 @@ grams as (
     ) as p
 ),
 
-first_seen as (
+gram_groups as (
+    -- one row per (request, gram). Each position's own test (first occurrence before it,
+    -- or inside the prompt) only asks where its gram first occurs, so the counts per gram
+    -- add up with no join back to the positions: of a gram's eligible positions every one
+    -- but its first occurrence is a repeat (all of them when it first occurs in the
+    -- prompt, and then each is a prompt copy), and of its self-eligible positions every
+    -- one but the first is a self-repeat. (A join of the positions to their gram's first
+    -- occurrence was planned by Spark as a broadcast of millions of keys.)
     select
         request_uid,
-        gram,
+        prompt_len,
         min(e) as first_e,
-        min(e) filter (where e - repeat_n() >= prompt_len) as first_self_e
+        count(*) filter (where e >= prompt_len) as eligible,
+        count(*) filter (where e - repeat_n() >= prompt_len) as self_eligible
     from grams
-    group by request_uid, gram
+    group by request_uid, prompt_len, gram
 ),
 
 counts as (
     select
-        g.request_uid,
-        count(*) filter (where g.e >= g.prompt_len) as eligible_positions,
-        count(*) filter (where g.e >= g.prompt_len and f.first_e < g.e) as repeats,
-        count(*) filter (where g.e >= g.prompt_len and f.first_e < g.prompt_len) as prompt_copies,
-        count(*) filter (where g.e - repeat_n() >= g.prompt_len) as self_eligible_positions,
-        count(*) filter (where g.e - repeat_n() >= g.prompt_len and f.first_self_e < g.e) as self_repeats
-    from grams as g
-    join first_seen as f on f.request_uid = g.request_uid and f.gram = g.gram
-    group by g.request_uid
+        request_uid,
+        cast(sum(eligible) as bigint) as eligible_positions,
+        cast(sum(case when first_e >= prompt_len then eligible - 1 else eligible end) as bigint) as repeats,
+        cast(sum(case when first_e < prompt_len then eligible else 0 end) as bigint) as prompt_copies,
+        cast(sum(self_eligible) as bigint) as self_eligible_positions,
+        cast(sum(case when self_eligible > 0 then self_eligible - 1 else 0 end) as bigint) as self_repeats
+    from gram_groups
+    group by request_uid
 )
 
 select
