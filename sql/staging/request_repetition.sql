@@ -7,8 +7,8 @@
 -- inside ctx = prompt + output[:t]; a prompt copy when that occurrence lies in the
 -- prompt. Each (n+1)-gram is hashed (ngram_hash, n = repeat_n()); its first
 -- occurrence in the request decides both: a repeat when it ends before position t,
--- a prompt copy when it ends inside the prompt (counted per gram: gram_groups). Positions with fewer than n tokens
--- of context are not eligible.
+-- a prompt copy when it ends inside the prompt (counted per gram: gram_groups).
+-- Positions with fewer than n tokens of context are not eligible.
 --
 -- self_repeat_ratio(n) is repeat_ratio(n) with the context restricted to the output
 -- itself (request_anomalies: looping). Position t is self-eligible when its (n+1)-gram
