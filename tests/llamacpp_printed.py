@@ -194,6 +194,15 @@ def channels_agree(run_dir: Path, deployment: str, tmp_path: Path, plain_dir: Pa
         assert (verdict["action"], verdict["speedup_interval"]) == ("inconclusive", None), verdict
         assert "not matched on load" in verdict["text"], verdict
     else:
+        matched = next(x for x in doc["deployments"] if x["deployment_id"] == deployment)["matched"]["tpot"]
+        if not decides and matched["matched_units"] == 0:
+            # the ranges meet, yet on a live run every request may fall where the plain server has no point
+            # near enough (between its concurrencies too far apart, or just beyond a cell's own): the verdict
+            # does not decide, and counts all of the run's timed requests per reason
+            assert (verdict["action"], verdict["speedup"]) == ("inconclusive", None), verdict
+            assert sum(matched["unmatched"].values()) == matched["units"], matched
+            assert f"which meet, but none of its {matched['units']} requests was matched: " in verdict["text"], verdict
+            return doc, md
         # matched where the loads meet: a speedup; on a live run its matched share may be too small to
         # resample (no interval, inconclusive), on the kept runs it decides
         assert verdict["speedup"] is not None and verdict["action"] != "unknown", verdict

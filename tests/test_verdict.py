@@ -406,6 +406,18 @@ def test_response_only_rests_on_the_tpot_speedup():
     assert v["a"]["text"] == ("Not enough data to decide a: not matched on load, it ran at concurrency 7.5-8.4 and "
                               "base at concurrency 60.2-64; base measured at concurrency 7.5-8.4, where a ran, would "
                               "settle it.")
+    # the ranges meet (1.5-6 and 1.6-10) and still no request is matched: the line counts them per reason
+    d = spec("a", None, steps=False, tpot_speedup=None, tpot_speedup_coverage=None, tpot_speedup_requests=12,
+             matched={"tpot": {"speedup": None, "interval": None, "coverage": 0.0, "loads": [1.5, 6.0],
+                               "baseline_loads": [1.6, 10.0],
+                               "unmatched": {"below_baseline_loads": 1, "load_gap": 11}}})
+    _, v = decide([dict(BASE, round_ms={"mean": None}), d], [speed("a", "unknown", None, "x")])
+    assert (v["a"]["action"], v["a"]["speedup"]) == ("inconclusive", None)
+    assert v["a"]["text"] == (
+        "Not enough data to decide a: not matched on load, it ran at concurrency 1.5-6 and base at concurrency 1.6-10, "
+        "which meet, but none of its 12 requests was matched: 11 between base's measured concurrency values too far "
+        "apart ([evidence] max_load_gap), 1 below every concurrency base measured; base measured at concurrency "
+        "1.5-6, where a ran, would settle it.")
 
 
 # --------------------------------------------------------------------------- bootstrap intervals
@@ -668,3 +680,35 @@ def test_responses_without_timings_say_what_would_decide(tmp_path, source, fixtu
     assert v["text"] == ("No verdict for spec: its speedup is unknown (no steps, and no request timings or log "
                          f"intervals on both sides), and not enough data: {requests} requests, floor 10 ([evidence] "
                          f"min_requests); {v['settle']}.")
+
+
+def test_loads_that_meet_but_match_no_step_are_counted_per_reason(tmp_path):
+    """The two sides' batch ranges overlap, yet no step of spec is matched: base ran at batch 2
+    and 4 only, points 4 > 2 · 1.25 + 1 = 3.5 apart, so spec's two steps at batch 3 lie between
+    loads too far apart (load_gap), and its step at batch 1 lies below base's least load, 2
+    (below_baseline_loads). The verdict must not say the two never met: it counts the steps per
+    reason, 2 + 1 = all 3 of spec's decode steps."""
+    from tracebuilder import no_floors_config
+
+    steps = [step("base", 1, 10.0, batch_size=2), step("base", 2, 20.0, batch_size=4),
+             step("spec", 1, 12.0, batch_size=3), step("spec", 2, 12.0, batch_size=3),
+             step("spec", 3, 9.0, batch_size=1)]
+    rounds = [round_row("base", "q1", 0, 0, 0, step_id=1), round_row("base", "q2", 0, 0, 0, step_id=1),
+              round_row("base", "q1", 1, 0, 0, step_id=2, stop_reason="eos"),
+              round_row("base", "q2", 1, 0, 0, step_id=2, stop_reason="eos"),
+              round_row("spec", "r1", 0, 4, 3, step_id=1), round_row("spec", "r1", 1, 4, 2, step_id=2),
+              round_row("spec", "r1", 2, 4, 1, step_id=3, stop_reason="eos")]
+    traces = write_traces(tmp_path / "t", deployments=[deployment("spec", gamma=4), deployment("base", method="none")],
+                          requests=[request("spec", "r1"), request("base", "q1"), request("base", "q2")],
+                          steps=steps, rounds=rounds)
+    doc = report_json(traces, "--config", no_floors_config(tmp_path))
+    matched = next(d for d in doc["deployments"] if d["deployment_id"] == "spec")["matched"]["rounds"]
+    assert (matched["speedup"], matched["matched_units"], matched["units"]) == (None, 0, 3)
+    assert (matched["loads"], matched["baseline_loads"]) == ([1, 3], [2, 4])
+    assert matched["unmatched"] == {"load_gap": 2, "below_baseline_loads": 1}
+    v = next(x for x in doc["verdict"] if x["deployment_id"] == "spec")
+    assert (v["action"], v["speedup"]) == ("inconclusive", None)
+    assert v["text"].startswith(
+        "Not enough data to decide spec: not matched on load, it ran at batch 1-3 and base at batch 2-4, which meet, "
+        "but none of its 3 steps was matched: 2 between base's measured batch values too far apart ([evidence] "
+        "max_load_gap), 1 below every batch base measured; "), v["text"]

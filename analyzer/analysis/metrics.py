@@ -256,7 +256,13 @@ def matched_comparisons(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, dict]
             "units": r["units"], "matched_units": r["matched_units"],
             "loads": _range(r["min_load"], r["max_load"]),
             "baseline_loads": _range(r["baseline_min_load"], r["baseline_max_load"]),
-            "variance": None, "blocks": None, "block_length": None, "df": None}
+            "variance": None, "blocks": None, "block_length": None, "df": None, "unmatched": {}}
+    # the units left out, per reason (matched_sums): why a speedup rests on fewer units, or on none
+    for r in rows(con, "select basis, deployment_id, reason, sum(units) as units from matched_sums "
+                       "where reason is not null group by all order by basis, deployment_id, reason"):
+        entry = out.get(r["deployment_id"], {}).get(BASES[r["basis"]])
+        if entry is not None:
+            entry["unmatched"][r["reason"]] = int(r["units"])
     max_blocks = con.execute("select intervals_max_blocks()").fetchone()[0]
     for basis, name in BASES.items():
         for dep, pair in uncertainty.matched_pairs(con, basis).items():

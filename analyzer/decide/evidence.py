@@ -6,7 +6,7 @@ deployment, the one speedup the capacity gate and the verdict use (docs/metrics.
 
     {"basis", "speedup", "interval", "coverage", "num_requests", "baseline_id",
      "baseline_num_requests", "reason", "loads", "baseline_loads", "variance",
-     "matched_on", "not_matched"}
+     "matched_on", "not_matched", "never_met", "unmatched"}
 
 ``basis`` says what the speedup rests on, the first that applies:
 
@@ -23,7 +23,10 @@ deployment, the one speedup the capacity gate and the verdict use (docs/metrics.
 ``loads`` and ``baseline_loads``: the least and most load each side ran at (batch size,
 concurrency or running requests), to name when they do not meet. ``variance``: each
 side's share of the uncertainty of log(speedup) (``analysis.uncertainty``), from which
-``settle`` says which side is short. ``matched_on``: what the comparison holds equal
+``settle`` says which side is short. ``never_met``: no unit of it was matched although
+both sides ran at some load; ``unmatched``: its units left out, per reason (``load_gap``,
+``below_baseline_loads``, ...), which the verdict names when the two load ranges overlap
+and still nothing matched. ``matched_on``: what the comparison holds equal
 (load, and context where both sides' steps have context lengths); ``not_matched``: what
 it does not, which the decision must not ship on (docs/metrics.md, "Like with like"):
 ``context`` when context is not in the match and the two sides' median prompt lengths
@@ -108,6 +111,7 @@ def speedup_evidence(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "not_matched": ([{"on": "context", "prompt_tokens_median": mismatch[0],
                               "baseline_prompt_tokens_median": mismatch[1]}] if mismatch else []),
             "never_met": bool(value is None and matched.get("loads") and matched.get("baseline_loads")),
+            "unmatched": dict(matched.get("unmatched") or {}),
         }
     return out
 
@@ -117,8 +121,11 @@ def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str], matched
     if d.get("baseline_id") is None:
         return d.get("speedup_note") or "no matched baseline"
     if matched.get("loads") and matched.get("baseline_loads"):
-        return (f"it ran at {load_range(matched['loads'], basis)} and {d['baseline_id']} at "
-                f"{load_range(matched['baseline_loads'], basis)}: never at comparable loads")
+        ran = (f"it ran at {load_range(matched['loads'], basis)} and {d['baseline_id']} at "
+               f"{load_range(matched['baseline_loads'], basis)}")
+        if not ranges_meet(matched["loads"], matched["baseline_loads"]):
+            return f"{ran}: never at comparable loads"
+        return f"{ran}, but {unmatched_text(matched.get('unmatched') or {}, basis, d['baseline_id'])}"
     if basis == "rounds":
         return d.get("speedup_note") or "the speedup is unknown"
     if basis == "logs":
@@ -134,6 +141,31 @@ def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str], matched
 
 
 LOAD_NOUNS = {"rounds": "batch", "tpot": "concurrency", "logs": "running requests"}
+UNIT_NOUNS = {"rounds": ("step", "steps"), "tpot": ("request", "requests"), "logs": ("log interval", "log intervals")}
+
+
+def ranges_meet(loads: list[float], baseline_loads: list[float]) -> bool:
+    """Whether two [least, most] load ranges overlap."""
+    return not (loads[1] < baseline_loads[0] or loads[0] > baseline_loads[1])
+
+
+def unmatched_text(unmatched: dict[str, int], basis: str | None, base: str) -> str:
+    """Why none of a deployment's units was matched although the two sides' load ranges meet:
+    "none of its 12 requests was matched: 9 lie between plain's measured concurrencies too
+    far apart ([evidence] max_load_gap), 3 below every concurrency plain measured"."""
+    one, many = UNIT_NOUNS.get(basis or "rounds", ("unit", "units"))
+    noun = LOAD_NOUNS.get(basis or "rounds", "batch")
+    why = {
+        "load_gap": f"between {base}'s measured {noun} values too far apart ([evidence] max_load_gap)",
+        "below_baseline_loads": f"below every {noun} {base} measured",
+        "above_baseline_loads": f"above every {noun} {base} measured",
+        "context_out_of_range": f"at contexts {base}'s steps never held there ([evidence] context_margin)",
+        "no_baseline_loads": f"where {base} measured no load with enough units ([evidence] floors)",
+    }
+    total = sum(unmatched.values())
+    parts = [f"{n:,} {why.get(reason, reason)}" for reason, n in sorted(unmatched.items(), key=lambda kv: -kv[1])]
+    head = f"none of its {total:,} {one if total == 1 else many} was matched"
+    return head + (": " + ", ".join(parts) if parts else "")
 
 
 def load_range(loads: list[float] | None, basis: str | None) -> str:

@@ -63,7 +63,7 @@ from ..analysis.tuning import DYNAMIC_SD_TESTED, per_batch_documented
 from .gates import FAIL, SHARED, UNKNOWN, blocking_checks
 from ..analysis.precision import with_interval
 from .configs import no_baseline_buckets
-from .evidence import load_range
+from .evidence import load_range, ranges_meet, unmatched_text
 
 # How a check reads in a sentence: its label, and how its value is written.
 CHECK_LABELS: dict[str, tuple[str, str]] = {
@@ -433,9 +433,13 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
     elif ev["speedup"] is None and ev.get("never_met"):
         action = "inconclusive"
         settle = _undecided_settle(ev, d, doc)
+        # the ranges may meet and still no unit match: between loads too far apart, or beyond a cell's own
+        # loads at the ends; then the line says how many units fell where, not that the two never met
+        met = "" if not ranges_meet(ev["loads"], ev["baseline_loads"]) else (
+            ", which meet, but " + unmatched_text(ev.get("unmatched") or {}, ev["basis"], base))
         text = (f"Not enough data to decide {dep}: not matched on load, it ran at "
                 f"{load_range(ev['loads'], ev['basis'])} and {base} at {load_range(ev['baseline_loads'], ev['basis'])}"
-                f"; {settle}.")
+                f"{met}; {settle}.")
     elif ev["speedup"] is None:
         action = "unknown"
         settle = _undecided_settle(ev, d, doc)
