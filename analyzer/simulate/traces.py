@@ -934,6 +934,10 @@ def _step_columns(dep, res, day_us) -> dict:
         "start_time": _timestamps(day_us, s["start_us"]),
         **{k: s[k] for k in ("duration_ms", "draft_ms", "verify_ms", "batch_size", "num_prefill_tokens",
                              "kv_usage", "num_preempted")},
+        # a simulated step's tokens are its rounds': the step-level counts are for traces without rounds
+        **{k: pa.nulls(len(s["step_id"]), pa.int32()) for k in ("num_draft_tokens", "num_accepted_tokens",
+                                                                  "num_committed_tokens")},
+        "counts_from": pa.nulls(len(s["step_id"]), pa.string()),
     }
 
 
