@@ -275,7 +275,9 @@ def test_structural_errors_exit_2_with_the_same_line(spark, tmp_path, breakage, 
     if breakage == "bad_value":
         rows = [{**r, "num_draft_tokens": "four"} for r in rows]
     write_traces(tmp_path, deployments=[deployment("a")], requests=[request("a", "r1")],
-                 steps=[step("a", 0)], rounds=None if breakage == "missing_table" else rows,
+                 # without rounds, steps (or intervals) would stand in for them: a trace of requests alone
+                 steps=None if breakage == "missing_table" else [step("a", 0)],
+                 rounds=None if breakage == "missing_table" else rows,
                  types={"rounds": {"num_draft_tokens": pa.string()}} if breakage == "bad_value" else None)
     runner = CliRunner()
     duck = runner.invoke(main, ["report", str(tmp_path)])

@@ -40,7 +40,7 @@ UNCOVERED_KEYS = ("batch_bucket", "committed_share", "reason", "min_batch_size",
 CURVE_KEYS = ("num_rounds", "mean_accept_length", "tokens_per_round", "round_ms", "t0_ms", "speedup",
               "condition_holds")
 # the bases of the matched comparison (sql/marts/matched_speedup.sql) as the verdict names them
-BASES = {"steps": "rounds", "requests": "tpot", "logs": "logs"}
+BASES = {"steps": "rounds", "iterations": "steps", "requests": "tpot", "logs": "logs"}
 LOG_CURVE_KEYS = ("deployment_id", "baseline_id", "batch_bucket", "num_intervals", "seconds", "generated_tokens",
                   "generation_tokens_per_s", "baseline_intervals", "baseline_seconds",
                   "baseline_generation_tokens_per_s", "baseline_seconds_for_tokens", "speedup", "counted")
@@ -88,6 +88,12 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
     log_speedups = {r["deployment_id"]: r for r in rows(con, "select * from log_speedup")}
     min_log_intervals = con.execute("select min_log_intervals()").fetchone()[0]
     matched, bucket_intervals = matched_comparisons(con)
+    # counts_from: "iteration" for steps the engine counted (or that say nothing), "window" for estimates
+    iteration_steps = {r["deployment_id"]: {
+        "decode_steps": r["decode_steps"],
+        "counts_from": [k for k, n in (("iteration", r["decode_steps"] - r["window_steps"]),
+                                        ("window", r["window_steps"])) if n]}
+        for r in rows(con, "select * from iteration_totals order by deployment_id")}
     benchmarks = {r["deployment_id"]: r for r in rows(con, "select * from benchmark_runs")}
     uncovered = defaultdict(list)
     for row in rows(con, "select * from speedup_uncovered order by deployment_id, bucket_min"):
@@ -132,7 +138,8 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             "speedup": d["speedup"],
             # 95 % intervals: the speedups' a block jackknife over time (analysis/uncertainty.py),
             # the accept length's a bootstrap over requests (view headline_intervals)
-            "speedup_interval": (matched.get(dep, {}).get("rounds") or {}).get("interval"),
+            "speedup_interval": (matched.get(dep, {}).get("rounds") or matched.get(dep, {}).get("steps")
+                                 or {}).get("interval"),
             # on one request every resample of the accept length is that request: its [x, x]
             # is no interval, so there is none (the report says it rests on 1 request)
             "mean_accept_length_interval": (_interval(intervals_95.get(dep), "mean_accept_length")
@@ -152,6 +159,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
             # the matched comparison of each basis: what it is matched on, its sample and
             # each side's share of its uncertainty (the verdict reads these)
             "matched": matched.get(dep, {}),
+            # a deployment without rounds whose steps carry their own token counts (engine
+            # iteration lines; view iteration_loads): its decode steps and where the counts came from
+            "iteration_steps": iteration_steps.get(dep),
             "prompt_tokens_median": d["prompt_tokens_median"],
             "prefill_round_share": d["prefill_round_share"],
             "latency_ms": dict(latency.get(dep, {})),
@@ -263,6 +273,23 @@ def matched_comparisons(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, dict]
         entry = out.get(r["deployment_id"], {}).get(BASES[r["basis"]])
         if entry is not None:
             entry["unmatched"][r["reason"]] = int(r["units"])
+    # steps with their own token counts (basis iterations): the speedup per batch bucket, as the
+    # rounds' speedup_by_batch gives it for steps with rounds
+    for r in rows(con, """
+            select s.deployment_id, s.batch_bucket, sum(s.units) as units, cast(sum(s.tokens) as double) as tokens,
+                   sum(cast(s.tokens as double) * w.level_ms + w.kappa * coalesce(cast(s.tx as double), 0)
+                       order by s.load, s.time_block)
+                   / sum(cast(s.time_ms as double)) as speedup
+            from matched_sums as s
+            join matched_weights as w on w.basis = s.basis and w.deployment_id = s.deployment_id and w.load = s.load
+            where s.basis = 'iterations' and s.reason is null
+            group by s.deployment_id, s.batch_bucket
+            order by s.deployment_id, min(s.load)"""):
+        entry = out.get(r["deployment_id"], {}).get("steps")
+        if entry is not None:
+            entry.setdefault("by_batch", []).append(
+                {"batch_bucket": r["batch_bucket"], "speedup": r["speedup"], "interval": None,
+                 "units": int(r["units"]), "tokens": int(r["tokens"])})
     max_blocks = con.execute("select intervals_max_blocks()").fetchone()[0]
     for basis, name in BASES.items():
         for dep, pair in uncertainty.matched_pairs(con, basis).items():
@@ -273,6 +300,9 @@ def matched_comparisons(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, dict]
             if basis == "steps":
                 for bucket in pair.subsets:
                     buckets[(dep, bucket)] = found.interval.get(bucket)
+            if basis == "iterations":
+                for row in entry.get("by_batch") or []:
+                    row["interval"] = found.interval.get(row["batch_bucket"])
     context = {r["deployment_id"]: r["context_known"] for r in rows(
         con, "select deployment_id, bool_and(context_known) as context_known from matched_weights "
              "where basis = 'steps' group by deployment_id")}

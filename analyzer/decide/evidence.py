@@ -6,7 +6,7 @@ deployment, the one speedup the capacity gate and the verdict use (docs/metrics.
 
     {"basis", "speedup", "interval", "coverage", "num_requests", "baseline_id",
      "baseline_num_requests", "reason", "loads", "baseline_loads", "variance",
-     "matched_on", "not_matched", "never_met", "unmatched"}
+     "matched_on", "not_matched", "never_met", "unmatched", "decode_steps", "counts_from"}
 
 ``basis`` says what the speedup rests on, the first that applies:
 
@@ -14,6 +14,10 @@ deployment, the one speedup the capacity gate and the verdict use (docs/metrics.
   batch size and context each of its decode steps ran at decides, even where it is null
   (then nothing else stands in: a comparison of request timings is no substitute for a
   baseline missing at the loads it ran);
+- ``steps``: no rounds, but decode steps with their own token counts (engine iteration
+  lines): ``matched["steps"]``, matched on the batch size each step ran at, even where it
+  is null; ``decode_steps`` and ``counts_from`` say what it rests on (``window``: the
+  committed tokens per step were spread from a log window's acceptance);
 - ``tpot``: no steps, but request timings on both sides: ``tpot_speedup``, matched on
   the concurrency each request decoded at (from the timings);
 - ``logs``: only engine log intervals: ``log_speedup``, matched on the running requests
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-BASES = ("rounds", "tpot", "logs")
+BASES = ("rounds", "steps", "tpot", "logs")
 
 # Where each basis's numbers are in a deployment entry of the report document.
 _KEYS = {
@@ -56,6 +60,8 @@ def basis_of(d: dict[str, Any], logged: set[str] = frozenset()) -> str | None:
     them even when their speedup is null (too few lines, or no baseline log)."""
     if (d.get("round_ms") or {}).get("mean") is not None:
         return "rounds"
+    if d.get("iteration_steps"):
+        return "steps"
     if d.get("tpot_speedup") is not None or (d.get("matched") or {}).get("tpot"):
         return "tpot"
     if d.get("log_speedup") is not None or d["deployment_id"] in logged:
@@ -86,12 +92,15 @@ def speedup_evidence(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         basis = basis_of(d, logged)
         value = interval = coverage = None
         matched = (d.get("matched") or {}).get(basis) or {} if basis else {}
-        if basis is not None:
+        if basis == "steps":
+            # steps with their own token counts have no deployment-level keys: the matched entry is all
+            value, interval, coverage = matched.get("speedup"), matched.get("interval"), matched.get("coverage")
+        elif basis is not None:
             value_key, interval_key, coverage_key = _KEYS[basis]
             value, interval, coverage = d.get(value_key), d.get(interval_key), d.get(coverage_key)
-        # a logs speedup resamples log intervals, not requests; a TPOT speedup counts the
-        # requests with both times
-        by_requests = basis != "logs"
+        # a logs speedup resamples log intervals, and a steps one iterations, not requests; a TPOT
+        # speedup counts the requests with both times
+        by_requests = basis not in ("logs", "steps")
         own = d.get("tpot_speedup_requests") if basis == "tpot" else (by_id.get(d["deployment_id"]) or {}).get(
             "num_requests")
         base = by_id.get(d.get("baseline_id")) if d.get("baseline_id") else None
@@ -112,6 +121,8 @@ def speedup_evidence(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
                               "baseline_prompt_tokens_median": mismatch[1]}] if mismatch else []),
             "never_met": bool(value is None and matched.get("loads") and matched.get("baseline_loads")),
             "unmatched": dict(matched.get("unmatched") or {}),
+            "decode_steps": (d.get("iteration_steps") or {}).get("decode_steps") if basis == "steps" else None,
+            "counts_from": (d.get("iteration_steps") or {}).get("counts_from") if basis == "steps" else None,
         }
     return out
 
@@ -128,6 +139,9 @@ def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str], matched
         return f"{ran}, but {unmatched_text(matched.get('unmatched') or {}, basis, d['baseline_id'])}"
     if basis == "rounds":
         return d.get("speedup_note") or "the speedup is unknown"
+    if basis == "steps":
+        return (f"its baseline {d['baseline_id']} has no decode step with its own token counts at a load with at "
+                "least [evidence] min_baseline_steps of them (iteration lines of a plain server give them)")
     if basis == "logs":
         if d.get("baseline_id") not in logged:
             return (f"its baseline {d['baseline_id']} has no log intervals: the speedup from logs compares both "
@@ -140,8 +154,8 @@ def _why_unknown(d: dict[str, Any], basis: str | None, logged: set[str], matched
     return "no steps, and no request timings or log intervals on both sides"
 
 
-LOAD_NOUNS = {"rounds": "batch", "tpot": "concurrency", "logs": "running requests"}
-UNIT_NOUNS = {"rounds": ("step", "steps"), "tpot": ("request", "requests"), "logs": ("log interval", "log intervals")}
+LOAD_NOUNS = {"rounds": "batch", "steps": "batch", "tpot": "concurrency", "logs": "running requests"}
+UNIT_NOUNS = {"rounds": ("step", "steps"), "steps": ("step", "steps"), "tpot": ("request", "requests"), "logs": ("log interval", "log intervals")}
 
 
 def ranges_meet(loads: list[float], baseline_loads: list[float]) -> bool:

@@ -171,6 +171,7 @@ def _ratio(value: float, interval: list[float] | None) -> str:
 
 
 MATCHED_ON = {("rounds", True): "at the same batch sizes and contexts", ("rounds", False): "at the same batch sizes",
+              ("steps", False): "at the same batch sizes, step by step from iteration lines",
               ("tpot", False): "by request timings at the same concurrency",
               ("logs", False): "from engine logs at the same running requests"}
 
@@ -187,6 +188,12 @@ def gain_text(ev: dict[str, Any], value: float | None = None, interval: list[flo
         return f"{shown} the output-token rate of {base} {matched}, on {coverage} of its output tokens ({requests})"
     if ev["basis"] == "logs":
         return f"{shown} the throughput of {base} {matched}, on {coverage} of its generated tokens"
+    if ev["basis"] == "steps":
+        steps = f"{ev['decode_steps']:,} decode steps" if ev.get("decode_steps") else "its decode steps"
+        # the assumption the number rests on: vLLM prints the scheduled tokens per iteration, not the committed
+        assumed = ("; committed tokens per step estimated from the log's acceptance windows"
+                   if "window" in (ev.get("counts_from") or []) else "")
+        return f"{shown} the throughput of {base} {matched}, on {coverage} of its committed tokens ({steps}{assumed})"
     return f"{shown} the throughput of {base} {matched}, on {coverage} of its tokens ({requests})"
 
 
@@ -492,7 +499,8 @@ def _speculative(d: dict, mine: list[dict], ev: dict, rec: dict, gates: list[dic
         action = "ship"
         text = (f"Ship {dep} as configured (num_speculative_tokens {d['num_speculative_tokens']}): "
                 f"{gain_text(ev)}; no per-batch recommendation"
-                + (" (it needs steps)." if ev["basis"] != "rounds" else " (no batch range decides on its own; see "
+                + (" (it needs rounds)." if ev["basis"] == "steps" else
+                   " (it needs steps)." if ev["basis"] != "rounds" else " (no batch range decides on its own; see "
                    "section Speculation length)."))
     if ev.get("basis") == "rounds" and not ev.get("context_known") and action in ("ship", "cap"):
         text += " Not matched on context: the rounds have no context_len."

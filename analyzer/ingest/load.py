@@ -262,8 +262,10 @@ def check_structure(con: duckdb.DuckDBPyConnection | None, found: dict[str, Tabl
     schemas = load_schemas()
     for table, entry in found.items():
         schema = schemas[table]
-        # docs/importers.md: a directory with intervals may lack rounds; only interval views apply then.
-        optional_here = table == "rounds" and found.get("intervals") is not None and found["intervals"].present
+        # docs/importers.md: a directory with intervals, or with steps that carry their own token
+        # counts (engine iteration lines), may lack rounds; only the views of those apply then.
+        optional_here = table == "rounds" and any(found.get(t) is not None and found[t].present
+                                                  for t in ("intervals", "steps"))
         if schema.required and not entry.present and not optional_here:
             hint = ""
             if traces is not None and "://" not in str(traces) and not any(e.present for e in found.values()):

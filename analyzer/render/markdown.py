@@ -456,7 +456,20 @@ def _load_curve(doc: dict) -> str:
             "matched at its own, between the loads the baseline measured), so a bucket's speedup adds the same "
             "steps as the headline; matched is the share of the bucket's tokens in steps the baseline's loads "
             "cover, and the speedup carries its 95% interval.\n\n"
-            + _curve_table(doc["load_curve"], "batch_bucket", "batch"))
+            + _curve_table(doc["load_curve"], "batch_bucket", "batch") + _iteration_curve(doc))
+
+
+def _iteration_curve(doc: dict) -> str:
+    """The speedup per batch bucket of deployments without rounds, from their steps' own token
+    counts (engine iteration lines): the same sums as their headline, bucket by bucket."""
+    body = [(d["deployment_id"], r["batch_bucket"], num(r["units"]), num(r["tokens"]),
+             with_interval(r["speedup"], *r["interval"], suffix="×") if r.get("interval") else times(r["speedup"]))
+            for d in doc["deployments"] for r in ((d.get("matched") or {}).get("steps") or {}).get("by_batch") or []]
+    if not body:
+        return ""
+    return ("\nFrom iteration lines (deployments without rounds: each decode step's own token counts, matched "
+            "at its batch size):\n\n"
+            + table(["deployment", "batch", "decode steps", "committed tokens", "speedup"], body))
 
 
 def _latency(doc: dict) -> str:

@@ -14,8 +14,9 @@
 -- supported: the cell's t0 is used, because it rests on enough units: min_baseline_steps()
 -- decode steps and min_baseline_requests() distinct requests (basis steps; a step of
 -- more than 16 requests holds that many itself, below that batch_size_requests counts
--- them), min_baseline_requests() requests (basis requests), or min_log_intervals() log
--- intervals (basis logs) (the gates TOML's [evidence]). A cell below its floor is no
+-- them), min_baseline_steps() decode steps (basis iterations: iteration lines name no
+-- request, so requests is null and not counted), min_baseline_requests() requests (basis
+-- requests), or min_log_intervals() log intervals (basis logs) (the gates TOML's [evidence]). A cell below its floor is no
 -- point of the curve: no load is matched by it.
 with cells as (
     select
@@ -76,11 +77,13 @@ select
         when basis = 'steps' and units < min_baseline_steps() then 'few_baseline_steps'
         when basis = 'steps' and requests < min_baseline_requests() then 'few_baseline_requests'
         when basis = 'requests' and units < min_baseline_requests() then 'few_baseline_requests'
+        when basis = 'iterations' and units < min_baseline_steps() then 'few_baseline_steps'
         when basis = 'logs' and units < min_log_intervals() then 'few_baseline_intervals'
     end as guard,
     tokens > 0
         and case basis
             when 'steps' then units >= min_baseline_steps() and coalesce(requests, min_baseline_requests()) >= min_baseline_requests()
+            when 'iterations' then units >= min_baseline_steps()
             when 'requests' then units >= min_baseline_requests()
             else units >= min_log_intervals()
         end as supported

@@ -4,6 +4,9 @@
 -- Grain: one row per (basis, deployment_id, unit):
 --   basis 'steps':    a clean decode-only step (step_loads); load = its batch size,
 --                     tokens = committed, time = rounds × duration
+--   basis 'iterations': a clean decode-only step of a deployment without rounds, with
+--                     its own token counts (iteration_loads); load = its batch size,
+--                     tokens = its num_committed_tokens, time = batch size × duration
 --   basis 'requests': a timed request with output_tokens > 1 (request_loads); load = its
 --                     mean concurrency from request timings, tokens = output_tokens − 1,
 --                     time = finish − first token
@@ -29,6 +32,22 @@ select
     cast(num_committed_tokens as decimal(38, 6)) as tokens,
     cast(time_ms as decimal(38, 6)) as time_ms
 from step_loads
+
+union all
+
+select
+    'iterations',
+    deployment_id,
+    time_block,
+    cast(batch_size as decimal(18, 1)),
+    load_cell(batch_size),
+    batch_bucket(batch_size),
+    null,
+    null,
+    null,
+    cast(num_committed_tokens as decimal(38, 6)),
+    cast(time_ms as decimal(38, 6))
+from iteration_loads
 
 union all
 

@@ -5,7 +5,8 @@
 -- counterfactual = tokens · t0(load, context), the time plain decoding would have needed
 -- for the unit's tokens (matched_weights). coverage = the matched units' tokens / all of
 -- its tokens of the basis (for steps, all its committed tokens: rounds in prefill steps or
--- without a step count in the denominator only; for requests, Σ (output_tokens − 1) over
+-- without a step count in the denominator only; for iterations, all its steps' committed
+-- tokens, prefill steps' included; for requests, Σ (output_tokens − 1) over
 -- requests with more than one; for logs, its usable intervals' tokens).
 -- Grain: one row per (basis, deployment_id) of a speculative deployment with a matched
 -- baseline and units of the basis.
@@ -53,6 +54,8 @@ all_tokens as (
     select 'steps' as basis, deployment_id, cast(sum(num_committed_tokens) as decimal(38, 6)) as tokens
     from round_cells
     group by deployment_id
+    union all
+    select 'iterations', deployment_id, cast(committed_tokens as decimal(38, 6)) from iteration_totals
     union all
     select 'requests', deployment_id, cast(tokens_after_first as decimal(38, 6)) from request_totals
     union all

@@ -1,15 +1,18 @@
 -- Throughput-weighted speedup against the matched baseline, matched on the load and
 -- context each decode step ran at (matched_speedup, basis steps):
 --   speedup = Σ_s committed_s · t0(batch_s, context_s) / Σ_s rounds_s · duration_s
--- over the deployment's decode steps the baseline's loads cover (matched_weights);
+-- over the deployment's decode steps the baseline's loads cover (matched_weights), with
+-- committed_s from its rounds, or from the step's own counts when it has no rounds;
 -- speedup_coverage is the share of all its committed tokens those steps hold
 -- (speedup_uncovered says where the rest ran, and why). round_ms is over every round
 -- with a clean step (prefill steps included); each part is averaged where known.
 -- Grain: one row per deployment_id.
 with covered as (
+    -- steps with rounds, or steps with their own token counts (a deployment without rounds,
+    -- iteration_loads): a deployment has units of one of the two only
     select deployment_id, speedup, coverage, matched_units
     from matched_speedup
-    where basis = 'steps'
+    where basis in ('steps', 'iterations')
 ),
 
 round_times as (
@@ -42,6 +45,7 @@ select
     coalesce(r.overlapping_rounds, 0) as overlapping_rounds,
     case
         when m.baseline_note is not null then m.baseline_note
+        when c.speedup is not null then null
         when not (select present from trace_tables where table_name = 'steps')
             then 'no speedup: the steps table is absent, so round times are unknown'
         when coalesce(r.rounds_with_step, 0) = 0 then 'no speedup: no round has a clean step'
