@@ -551,7 +551,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         where[LOAD_ALONE] = alone_places[:3]
     if not cols["end_time"] and not steps["step_id"]:
         raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: "
-                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'])}; "
+                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'], counts['iteration_lines'])}; "
                                f"known layouts: {'; '.join(LAYOUTS)}")
     if cols["end_time"]:
         _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
@@ -704,9 +704,14 @@ def parse_start(start: str | None) -> int | None:
     return when
 
 
-def _nothing_found(first_unparsed: str | None, where: dict, spec_lines: int) -> str:
+def _nothing_found(first_unparsed: str | None, where: dict, spec_lines: int, iteration_lines: int = 0) -> str:
     """Why a file imported nothing, naming what was looked for and the first line that did not import,
     with its cause."""
+    if iteration_lines and not spec_lines:
+        for reason in (ITER_NO_TIME, ITER_NOT_PARSED, ITER_BAD_DATE, ITER_DUMMY, ITER_EMPTY):
+            if where.get(reason):
+                return (f"{iteration_lines} iteration line{'s' if iteration_lines != 1 else ''} and none kept; "
+                        f"the first that did not import is {where[reason][0]}: {reason}")
     if first_unparsed:
         return f"the first metrics line that did not import is {first_unparsed} (it does not parse)"
     for reason, cause in ((NO_TIME, NO_TIME_HINT), (BAD_DATE, "an impossible date")):
