@@ -13,7 +13,7 @@ import datetime as dt
 import pytest
 
 from analyzer.ingest.importers import sniff
-from analyzer.ingest.importers.vllm_iterations import parse_iteration, spread
+from analyzer.ingest.importers.vllm_iterations import engine_of, parse_iteration, spread
 from imported import rows, run, t
 from test_vllm_log_layouts import LOGS
 
@@ -223,3 +223,20 @@ def test_auto_recognises_a_log_of_iteration_lines(tmp_path):
                  "2026", "--out", out)
     assert result.exit_code == 0, result.output
     assert len(rows(out, "steps")) == 6 and len(rows(out, "intervals")) == 3
+
+
+def test_frontend_layout_fields_are_read_by_label():
+    # No complete pasted line of the frontend layout (PR #46647: `Engine 00N: Iteration(N): …, <device> KV cache
+    # usage: P%`, then `, encoder inputs: N, encoder output embeddings: N`) was found (SOURCES.md, gaps): this
+    # line is constructed from the real vllm#31193 line with the fields that PR's description names.
+    real = (LOGS / "iterations_pr31193.log").read_text().splitlines()[0]
+    message = real[real.index("Iteration("):]
+    line = ("(APIServer pid=1) INFO 12-22 21:44:40 [loggers.py:182] Engine 001: " + message
+            + ", GPU KV cache usage: 0.6%, encoder inputs: 4, encoder output embeddings: 3520")
+    fields = parse_iteration(line[line.index("Iteration("):])
+    assert (fields["gen_requests"], fields["elapsed_ms"], fields["device"], fields["dummy"]) == \
+        (20, 10.99, "GPU", False)
+    assert fields["kv_usage"] == pytest.approx(0.006)
+    assert engine_of(line[:line.index("Iteration(")]) == (1, "Engine 001")
+    assert engine_of("(EngineCore_DP3 pid=7) INFO 12-22 21:44:40 [core.py:349] ") == (3, None)
+    assert parse_iteration(line[line.index("Iteration("):] + " (dummy)")["dummy"] is True

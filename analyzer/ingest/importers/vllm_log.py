@@ -61,6 +61,12 @@ otherwise. In a log with spec lines a load line is its tick's spec interval's
 load, never an interval of its own: a load line with no spec line at its tick
 (nothing drafted, or the excerpt lost the line) is counted and left out.
 
+**Iteration lines.** With ``--enable-logging-iteration-details`` vLLM prints one
+``Iteration(N): … context requests, …`` line per engine iteration: each becomes a row of
+``steps`` (module vllm_iterations has the layouts and the token counts). A log may hold them
+alone or beside spec lines; the spec lines are then also the windows whose acceptance rate
+gives the steps' accepted tokens.
+
 Times come from the vLLM prefix ``INFO MM-DD HH:MM:SS``, which has no year
 (``--year``) and no time zone (read as UTC); a leading ISO timestamp that a log
 shipper added is only used when the vLLM prefix is missing. A line with neither
@@ -550,8 +556,9 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         summary.skip(LOAD_ALONE, n=counts["alone"])
         where[LOAD_ALONE] = alone_places[:3]
     if not cols["end_time"] and not steps["step_id"]:
+        iterated = counts["iteration_lines"]
         raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: "
-                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'], counts['iteration_lines'])}; "
+                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'], iterated)}; "
                                f"known layouts: {'; '.join(LAYOUTS)}")
     if cols["end_time"]:
         _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
