@@ -73,6 +73,7 @@ def test_layout_with_kv_blocks_pr34860(tmp_path):
         (second("2026-02-18T16:21:20") + 1, end - 0.72 * MS, 0.72, 50, 0, pytest.approx(0.051))]
     assert [pick(r, COUNTS) for r in steps] == [(0, 0, 50, "iteration")] * 2
     assert any("iteration + kv cache blocks (2)" in n for n in notes)
+    assert not any("kv cache percentage is not" in n for n in notes)      # 5.1 % = 3500 / 68959 rounded
 
 
 def test_parse_reads_every_field_by_its_label():
@@ -240,3 +241,22 @@ def test_frontend_layout_fields_are_read_by_label():
     assert engine_of(line[:line.index("Iteration(")]) == (1, "Engine 001")
     assert engine_of("(EngineCore_DP3 pid=7) INFO 12-22 21:44:40 [core.py:349] ") == (3, None)
     assert parse_iteration(line[line.index("Iteration("):] + " (dummy)")["dummy"] is True
+
+
+def test_arithmetic_between_fields_is_checked(tmp_path):
+    # Edited in the test from the real lines: (1) vllm#34860's first line with its percentage changed from
+    # 5.1 % to 7.0 % while its blocks still say 3500 / 68959 = 5.1 %: imported as printed, named in a note;
+    # (2) vllm#31193's line with 21 generation tokens for 20 requests in a log without spec-decode lines:
+    # committed tokens stay 20 (one per request), and a note counts the step.
+    kv = (LOGS / "iterations_kv_pr34860.log").read_text().splitlines()[0].replace("kv cache: 5.1%", "kv cache: 7.0%")
+    plain = (LOGS / "iterations_pr31193.log").read_text().splitlines()[0].replace("20 generation tokens",
+                                                                                  "21 generation tokens")
+    path = tmp_path / "edited.log"
+    path.write_text(kv + "\n" + plain + "\n")
+    steps, notes, _ = imported(tmp_path, path, year="2026")
+    assert sorted((r["kv_usage"], r["num_committed_tokens"]) for r in steps if r.get("kv_usage") is not None) \
+        == [(pytest.approx(0.07), 50)]
+    assert [r["num_committed_tokens"] for r in steps if r.get("kv_usage") is None] == [20]
+    assert any(n.startswith("1 iteration line whose printed kv cache percentage is not its used / total blocks")
+               and "edited.log:1" in n for n in notes)
+    assert any(n.startswith("1 step whose generation tokens differ from its generation requests") for n in notes)

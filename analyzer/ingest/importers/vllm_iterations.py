@@ -77,12 +77,15 @@ def parse_iteration(text: str) -> dict | None:
         return None
     if elapsed_ms != elapsed_ms or elapsed_ms < 0 or elapsed_ms == float("inf") or min(found.values()) < 0:
         return None
-    kv, layout, device = None, "iteration", None
+    kv, layout, device, blocks_agree = None, "iteration", None, None
     blocks = _KV_BLOCKS.search(rest)
     usage = _KV_USAGE.search(rest)
     try:
         if blocks is not None:
             kv, layout = float(blocks.group(1)) / 100, "iteration + kv cache blocks"
+            used, total = int(blocks.group(2)), int(blocks.group(3))
+            # the percentage is used / total blocks, printed to one decimal
+            blocks_agree = total > 0 and abs(float(blocks.group(1)) - 100 * used / total) <= 0.05 + 1e-9
         elif usage is not None:
             kv, layout, device = float(usage.group(2)) / 100, "iteration + KV cache usage", usage.group(1)
     except ValueError:
@@ -90,7 +93,7 @@ def parse_iteration(text: str) -> dict | None:
     if kv is not None and not 0 <= kv <= 1:
         return None
     return {"counter": counter, **found, "elapsed_ms": elapsed_ms, "kv_usage": kv, "layout": layout,
-            "device": device, "dummy": _DUMMY.search(rest) is not None}
+            "device": device, "blocks_agree": blocks_agree, "dummy": _DUMMY.search(rest) is not None}
 
 
 def engine_of(prefix: str) -> tuple[int, str | None]:

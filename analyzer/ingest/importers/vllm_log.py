@@ -413,6 +413,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     iteration_layouts: dict[str, int] = {}
     iteration_series: dict[str, _Series] = {}
     untimed_ms: dict[str, float] = {}      # series → Σ elapsed of its lines anchored at --start
+    blocks_disagree: list[str] = []        # iteration lines whose kv cache % is not their used / total blocks
 
     def read_iteration(line: str, marker, process: str, place: str, order: tuple) -> None:
         """One `Iteration(N): …` line: a step, or a counted skip."""
@@ -440,6 +441,8 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
             summary.skip(ITER_NO_TIME if problem == NO_TIME else ITER_BAD_DATE, place=place)
             return
         iteration_layouts[fields["layout"]] = iteration_layouts.get(fields["layout"], 0) + 1
+        if fields["blocks_agree"] is False:
+            blocks_disagree.append(place)
         iterations.append(it.Iteration(
             series=name, engine=index, end_us=end_us, order=order, place=place, counter=fields["counter"],
             ctx_requests=fields["ctx_requests"], ctx_tokens=fields["ctx_tokens"],
@@ -549,6 +552,10 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
 
     baseline = not counts["spec_lines"]
     steps = _steps(iterations, None if baseline else cols, deployment_id, summary, counts, iteration_layouts)
+    if blocks_disagree:
+        summary.note(f"{len(blocks_disagree)} iteration line{'s' if len(blocks_disagree) != 1 else ''} whose printed "
+                     "kv cache percentage is not its used / total blocks within the printed rounding (kv_usage "
+                     f"kept as printed), first at {', '.join(blocks_disagree[:3])}", deployment_id)
     if baseline:
         cols, layouts = alone, load_layouts
     elif alone["end_time"]:
