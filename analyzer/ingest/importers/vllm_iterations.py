@@ -28,8 +28,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-ITERATION_SOURCE_NOTE = "vLLM iteration lines (--enable-logging-iteration-details)"
-
 # The marker: vLLM's own `Iteration(N): … context requests` (or generation requests).
 _MARKER = re.compile(r"\bIteration\(([^)]*)\):\s*(?=.*\b(?:context|generation) requests)")
 _INT = {

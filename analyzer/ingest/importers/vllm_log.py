@@ -566,7 +566,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         iterated = counts["iteration_lines"]
         raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: "
                                f"{_nothing_found(first_unparsed, where, counts['spec_lines'], iterated)}; "
-                               f"known layouts: {'; '.join(LAYOUTS)}")
+                               f"known layouts: {'; '.join(LAYOUTS)}; iteration lines: {'; '.join(it.LAYOUTS)}")
     if cols["end_time"]:
         _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
     elif baseline:
