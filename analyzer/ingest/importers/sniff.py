@@ -46,8 +46,9 @@ def vllm_responses(head: str) -> int:
 
 
 def vllm_log(head: str) -> int:
-    return STRONG if _found(r"SpecDecoding metrics|Speculative metrics|Avg (prompt|generation) throughput")(head) \
-        else NO
+    # `Iteration(N): C context requests, …`: vLLM's per-iteration line (--enable-logging-iteration-details)
+    return STRONG if _found(r"SpecDecoding metrics|Speculative metrics|Avg (prompt|generation) throughput"
+                            r"|\bIteration\(\d+\): \d+ context requests")(head) else NO
 
 
 def prometheus(head: str) -> int:

@@ -61,6 +61,12 @@ otherwise. In a log with spec lines a load line is its tick's spec interval's
 load, never an interval of its own: a load line with no spec line at its tick
 (nothing drafted, or the excerpt lost the line) is counted and left out.
 
+**Iteration lines.** With ``--enable-logging-iteration-details`` vLLM prints one
+``Iteration(N): … context requests, …`` line per engine iteration: each becomes a row of
+``steps`` (module vllm_iterations has the layouts and the token counts). A log may hold them
+alone or beside spec lines; the spec lines are then also the windows whose acceptance rate
+gives the steps' accepted tokens.
+
 Times come from the vLLM prefix ``INFO MM-DD HH:MM:SS``, which has no year
 (``--year``) and no time zone (read as UTC); a leading ISO timestamp that a log
 shipper added is only used when the vLLM prefix is missing. A line with neither
@@ -72,6 +78,7 @@ on (vLLM's defaults: 5 s for V0, ``_LOCAL_LOGGING_INTERVAL_SEC``; 10 s for V1,
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import math
 import re
@@ -79,8 +86,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import vllm_iterations as it
 from .common import (ImportInputError, ImportSummary, Overrides, TraceWriter, datetime_us, deployment_row,
-                     finish, open_input, parse_time)
+                     finish, ms_us, open_input, parse_time)
 
 SOURCE = "vllm-log"
 INTERVAL_SOURCE = "vllm_log"
@@ -94,6 +102,13 @@ TICK_V0_US = 5_000_000
 TICK_V1_US = 10_000_000
 BAD_DATE = "metrics line with an impossible date"
 LOAD_NO_TIME = "load line without a date and time"
+ITER_NOT_PARSED = "iteration line whose numbers do not parse"
+ITER_NO_TIME = "iteration line without a date and time (pass --start TIME to anchor lines without one)"
+ITER_BAD_DATE = "iteration line with an impossible date"
+ITER_DUMMY = "dummy iteration (`(dummy)`: a data-parallel rank's padding step, no requests)"
+ITER_EMPTY = "iteration with zero generation and zero context tokens"
+STEP_COLUMNS = ("deployment_id", "step_id", "start_time", "duration_ms", "batch_size", "num_prefill_tokens",
+                "kv_usage", "num_draft_tokens", "num_accepted_tokens", "num_committed_tokens", "counts_from")
 LOAD_ALONE = ("load line with no spec line at its tick (nothing drafted, or the line is missing): a speculative "
               "log's intervals are its spec lines")
 
@@ -135,6 +150,7 @@ _FIELDS = {
 _HALF = {1: 0.05, 2: 0.005, 3: 0.0005}       # half the last printed digit, by decimals printed
 _EPS = 1e-9
 _ENGINE = re.compile(r"Engine (\d+):")
+_ENGINE_NAME = re.compile(r"Engine (\d+)")
 # where a load line's message starts, after vLLM's prefix
 _LOAD_START = re.compile(r"Engine \d+:|\d+ Engines Aggregated:|Avg prompt throughput:|Avg generation throughput:"
                          r"|GPU KV cache usage:")
@@ -355,14 +371,16 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     start_us = parse_start(start)
     writer = TraceWriter(Path(out), SOURCE, files,
                          options=f"deployment={deployment_id} year={year} start={start} {overrides}")
-    writer.check_layout(("intervals", "import_notes"))
+    writer.check_layout(("intervals", "steps", "import_notes"))
     # Skips are noted with their first places (_notes), so none is persisted twice.
     summary = ImportSummary(SOURCE, Path(out), quiet_reasons=frozenset({OTHER_LINE, NOT_PARSED, NO_TIME, BAD_DATE,
-                                                                        LOAD_NO_TIME, LOAD_ALONE}))
+                                                                        LOAD_NO_TIME, LOAD_ALONE,
+                                                                        ITER_DUMMY, ITER_EMPTY}))
     cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}
     alone: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}   # load lines without a spec line
     counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0,
-              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0, "from_start": 0, "anchored": 0}
+              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0, "from_start": 0, "anchored": 0,
+              "iteration_lines": 0, "iteration_anchored": 0}
     disagreeing: dict[str, list[str]] = {}   # printed ratio the counts contradict → places
     layouts: dict[str, int] = {}
     load_layouts: dict[str, int] = {}
@@ -391,7 +409,47 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         alone_places.append(load["place"])
         series.close_tick(series.load_end, _busy(load))
 
-    for path in files:
+    iterations: list[it.Iteration] = []
+    iteration_layouts: dict[str, int] = {}
+    iteration_series: dict[str, _Series] = {}
+    untimed_ms: dict[str, float] = {}      # series → Σ elapsed of its lines anchored at --start
+    blocks_disagree: list[str] = []        # iteration lines whose kv cache % is not their used / total blocks
+
+    def read_iteration(line: str, marker, process: str, place: str, order: tuple) -> None:
+        """One `Iteration(N): …` line: a step, or a counted skip."""
+        counts["iteration_lines"] += 1
+        index, label = it.engine_of(line[:marker.start()])
+        name = (process + (f" {label}" if label else "")).strip()
+        series = iteration_series.setdefault(name, _Series(year=year))
+        fields = it.parse_iteration(line[marker.start():])
+        if fields is None:
+            summary.skip(ITER_NOT_PARSED, place=place)
+            return
+        end_us, problem = _stamp(line, marker.start(), series, year)
+        if problem == NO_TIME and start_us is not None:
+            # untimed lines: back to back from --start, each ending its elapsed time after the one before
+            untimed_ms[name] = untimed_ms.get(name, 0.0) + fields["elapsed_ms"]
+            end_us, problem = start_us + ms_us(untimed_ms[name]), None
+            counts["iteration_anchored"] += 1
+        if fields["dummy"]:
+            summary.skip(ITER_DUMMY, place=place)
+            return
+        if fields["gen_tokens"] == 0 and fields["ctx_tokens"] == 0:
+            summary.skip(ITER_EMPTY, place=place)
+            return
+        if problem:
+            summary.skip(ITER_NO_TIME if problem == NO_TIME else ITER_BAD_DATE, place=place)
+            return
+        iteration_layouts[fields["layout"]] = iteration_layouts.get(fields["layout"], 0) + 1
+        if fields["blocks_agree"] is False:
+            blocks_disagree.append(place)
+        iterations.append(it.Iteration(
+            series=name, engine=index, end_us=end_us, order=order, place=place, counter=fields["counter"],
+            ctx_requests=fields["ctx_requests"], ctx_tokens=fields["ctx_tokens"],
+            gen_requests=fields["gen_requests"], gen_tokens=fields["gen_tokens"],
+            elapsed_ms=fields["elapsed_ms"], kv_usage=fields["kv_usage"]))
+
+    for file_index, path in enumerate(files):
         path = Path(path)
         fh = open_input(path)
         series_of: dict[str, _Series] = {}
@@ -405,6 +463,10 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 marker = _MARKER.search(line)
                 level = _LEVEL.search(" " + line)
                 process = _series_key(line[:level.start()] if level else "")
+                iteration = it.find_marker(line) if marker is None else None
+                if iteration is not None:
+                    read_iteration(line, iteration, process, place, (file_index, number))
+                    continue
                 if marker is None:
                     if "Avg generation throughput" in line or "GPU KV cache usage" in line:
                         engine = _ENGINE.search(line)
@@ -489,17 +551,26 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         counts["rollovers"] += sum(1 for s in series_of.values() if s.year > year)
 
     baseline = not counts["spec_lines"]
+    steps = _steps(iterations, None if baseline else cols, deployment_id, summary, counts, iteration_layouts)
+    if blocks_disagree:
+        summary.note(f"{len(blocks_disagree)} iteration line{'s' if len(blocks_disagree) != 1 else ''} whose printed "
+                     "kv cache percentage is not its used / total blocks within the printed rounding (kv_usage "
+                     f"kept as printed), first at {', '.join(blocks_disagree[:3])}", deployment_id)
     if baseline:
         cols, layouts = alone, load_layouts
     elif alone["end_time"]:
         counts["alone"] = len(alone["end_time"])
         summary.skip(LOAD_ALONE, n=counts["alone"])
         where[LOAD_ALONE] = alone_places[:3]
-    if not cols["end_time"]:
+    if not cols["end_time"] and not steps["step_id"]:
+        iterated = counts["iteration_lines"]
         raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: "
-                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'])}; "
-                               f"known layouts: {'; '.join(LAYOUTS)}")
-    _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
+                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'], iterated)}; "
+                               f"known layouts: {'; '.join(LAYOUTS)}; iteration lines: {'; '.join(it.LAYOUTS)}")
+    if cols["end_time"]:
+        _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
+    elif baseline:
+        summary.note(f"log times have no year and no time zone: read as UTC in {year}", deployment_id)
     for name_of_field, places in sorted(disagreeing.items()):
         summary.note(f"{len(places)} metrics line{'s' if len(places) != 1 else ''} whose printed {name_of_field} "
                      f"disagree{'s' if len(places) == 1 else ''} with its Accepted and Drafted counts beyond the "
@@ -509,8 +580,132 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     row = deployment_row(deployment_id, overrides, model=None, speculated=speculated,
                          num_spec_tokens=(max_k or max_positions) or None)
     writer.merge_deployment(row, summary)
-    writer.add("intervals", cols, times=cols["end_time"], drop_empty_optional=LOAD_COLUMNS + ("series",))
+    if cols["end_time"]:
+        writer.add("intervals", cols, times=cols["end_time"], drop_empty_optional=LOAD_COLUMNS + ("series",))
+    if steps["step_id"]:
+        writer.add("steps", steps, times=steps["start_time"], drop_empty_optional=("kv_usage",))
     return finish(writer, summary, deployment_id)
+
+
+def _steps(iterations: list[it.Iteration], spec: dict | None, deployment_id: str, summary: ImportSummary,
+           counts: dict, layouts: dict) -> dict[str, list]:
+    """The steps of the iteration lines: their times, step ids and token counts (module vllm_iterations),
+    with a note for every choice. ``spec``: the spec-decode intervals of a speculative log, else None."""
+    cols: dict[str, list] = {c: [] for c in STEP_COLUMNS}
+    note = lambda text: summary.note(text, deployment_id)  # noqa: E731
+    plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+    for reason, what in ((ITER_DUMMY, "dummy iteration"),
+                         (ITER_EMPTY, "iteration with zero generation and zero context tokens")):
+        if summary.skipped.get(reason):
+            n = summary.skipped[reason]
+            note(f"{plural(n, what)} left out of the steps "
+                 f"(no request decoded or prefilled), first at {', '.join(summary.places[reason])}")
+    if not iterations:
+        return cols
+    # vLLM logs a line when its iteration ends, with a time to the second: order by that time, then by
+    # the order the lines were printed in (the Iteration(N) counter of an engine)
+    iterations.sort(key=lambda s: (s.end_us // 1_000_000, s.order))
+    if spec is None:
+        mismatch = 0
+        for step in iterations:
+            step.drafts, step.accepted, step.committed = 0, 0, step.gen_requests
+            step.counts_from = "iteration"
+            mismatch += step.gen_tokens != step.gen_requests
+        note("token counts per step from the iteration line itself: a deployment that does not speculate "
+             "commits one token per generation request (num_committed_tokens = generation requests, no drafts)")
+        if mismatch:
+            note(f"{plural(mismatch, 'step')} whose generation tokens differ from its generation requests in a log "
+                 "without spec-decode lines (speculating without printing its metrics?): committed tokens are "
+                 "taken as one per generation request")
+    else:
+        _window_counts(iterations, spec, note, plural)
+    second, rank = None, 0
+    for step in iterations:
+        this = step.end_us // 1_000_000
+        rank = rank + 1 if this == second else 0
+        second = this
+        cols["deployment_id"].append(deployment_id)
+        cols["step_id"].append(this * 1_000_000 + rank)
+        cols["start_time"].append(step.end_us - ms_us(step.elapsed_ms))
+        cols["duration_ms"].append(step.elapsed_ms)
+        cols["batch_size"].append(step.gen_requests)
+        cols["num_prefill_tokens"].append(step.ctx_tokens)
+        cols["kv_usage"].append(step.kv_usage)
+        cols["num_draft_tokens"].append(step.drafts)
+        cols["num_accepted_tokens"].append(step.accepted)
+        cols["num_committed_tokens"].append(step.committed)
+        cols["counts_from"].append(step.counts_from)
+    engines = sorted({s.series for s in iterations})
+    note(f"{plural(len(iterations), 'step')} from vLLM's iteration lines (" + ", ".join(
+        f"{name} ({n})" for name, n in sorted(layouts.items())) + "): start_time = the line's time − its "
+         "iteration elapsed time (vLLM logs the line when the iteration ends), duration_ms = the elapsed time, "
+         "batch_size = generation requests, num_prefill_tokens = context tokens, kv_usage = the printed KV "
+         "cache percentage / 100 where printed. vLLM's log times have one-second resolution: steps within one "
+         "second are ordered by the order of their lines (the Iteration(N) counter), step_id = that second "
+         "(epoch) × 1,000,000 + the step's place within it, so step_id increases with the logged time"
+         + (f"; {len(engines)} engines: " + ", ".join(engines) if len(engines) > 1 else ""))
+    if counts["iteration_anchored"]:
+        note(f"{plural(counts['iteration_anchored'], 'iteration line')} without a date and time anchored at "
+             "--start: each engine's lines back to back from --start, each ending its elapsed time after the "
+             "one before; these times are assumed, not read")
+    return cols
+
+
+def _window_counts(iterations: list[it.Iteration], spec: dict, note, plural) -> None:
+    """Drafts, accepted and committed tokens of a speculative log's steps, from the spec-decode window
+    that covers each step (vllm_iterations.estimate_window)."""
+    windows: dict[int, list[tuple[int, int, int]]] = {}   # engine → [(end, accepted, drafted)]
+    for series, end, drafted, accepted in zip(spec["series"], spec["end_time"], spec["num_draft_tokens"],
+                                              spec["num_accepted_tokens"]):
+        if end is None or drafted is None or accepted is None:
+            continue
+        engine = _ENGINE_NAME.search(series or "")
+        windows.setdefault(int(engine.group(1)) if engine else 0, []).append((end, accepted, drafted))
+    for engine in windows:
+        windows[engine].sort()
+    ends = {engine: [w[0] for w in rows] for engine, rows in windows.items()}
+    members: dict[tuple[int, int], list[it.Iteration]] = {}
+    outside = negative = 0
+    for step in iterations:
+        if step.gen_tokens < step.gen_requests:
+            negative += 1
+            continue
+        # the window of spec line j: after line j − 1 of this engine, up to and at line j
+        j = bisect.bisect_left(ends.get(step.engine, []), step.end_us)
+        if j == 0 or j == len(ends.get(step.engine, [])):
+            outside += 1
+            continue
+        step.drafts = step.gen_tokens - step.gen_requests
+        members.setdefault((step.engine, j), []).append(step)
+    differ: list[str] = []
+    unknown = 0
+    for (engine, j), steps in sorted(members.items()):
+        end, accepted, drafted = windows[engine][j]
+        gap = it.estimate_window(steps, accepted, drafted)
+        when = dt.datetime.fromtimestamp(end / 1e6, dt.timezone.utc).strftime("%m-%d %H:%M:%S")
+        if gap is None:
+            unknown += 1
+        elif gap:
+            differ.append(f"engine {engine} {when}: the steps drafted {sum(s.drafts for s in steps)}, the line "
+                          f"counts {drafted}")
+    note("committed tokens per step estimated from the spec-decode window's acceptance rate: a step's drafts = "
+         "generation tokens − generation requests (vLLM prints the scheduled tokens, 1 + drafts per request); a "
+         "window (an engine's steps that ended after its previous spec-decode line, up to and at this one) gets "
+         "round(Σ drafts × Accepted / Drafted) accepted tokens, spread over its steps in proportion to their "
+         "drafts by the largest-remainder method; num_committed_tokens = generation requests + accepted; "
+         "counts_from = 'window'")
+    if outside:
+        note(f"{plural(outside, 'step')} outside any spec-decode window (before its engine's first spec-decode "
+             "line, after its last, or of an engine without one): no token counts")
+    if negative:
+        note(f"{plural(negative, 'step')} with fewer generation tokens than generation requests: no token counts")
+    if unknown:
+        note(f"{plural(unknown, 'window')} whose spec-decode line drafted nothing while its steps drafted: the "
+             "acceptance rate is unknown, those steps have drafts but no accepted or committed tokens")
+    if differ:
+        note(f"{plural(len(differ), 'window')} whose steps' drafts (Σ generation tokens − generation requests) "
+             "differ from its spec-decode line's Drafted (the estimate uses the line's rate over the steps' "
+             "drafts): " + "; ".join(differ[:3]) + (" …" if len(differ) > 3 else ""))
 
 
 def parse_start(start: str | None) -> int | None:
@@ -523,9 +718,14 @@ def parse_start(start: str | None) -> int | None:
     return when
 
 
-def _nothing_found(first_unparsed: str | None, where: dict, spec_lines: int) -> str:
+def _nothing_found(first_unparsed: str | None, where: dict, spec_lines: int, iteration_lines: int = 0) -> str:
     """Why a file imported nothing, naming what was looked for and the first line that did not import,
     with its cause."""
+    if iteration_lines and not spec_lines:
+        for reason in (ITER_NO_TIME, ITER_NOT_PARSED, ITER_BAD_DATE, ITER_DUMMY, ITER_EMPTY):
+            if where.get(reason):
+                return (f"{iteration_lines} iteration line{'s' if iteration_lines != 1 else ''} and none kept; "
+                        f"the first that did not import is {where[reason][0]}: {reason}")
     if first_unparsed:
         return f"the first metrics line that did not import is {first_unparsed} (it does not parse)"
     for reason, cause in ((NO_TIME, NO_TIME_HINT), (BAD_DATE, "an impossible date")):
@@ -545,7 +745,7 @@ def _engines(path: Path) -> dict[str, set[str]]:
         for raw in fh:
             line = _ANSI.sub("", raw.rstrip("\r\n"))
             engine = _ENGINE.search(line)
-            if engine is None or _MARKER.search(line):
+            if engine is None or _MARKER.search(line) or it.find_marker(line):
                 continue
             level = _LEVEL.search(" " + line)
             process = _series_key(line[:level.start()] if level else "")
