@@ -1,0 +1,268 @@
+"""specan import trtllm-iter (docs/importers.md): TensorRT-LLM iteration output → steps.
+
+Inputs are tests/fixtures/trtllm/iter_* (sources in that folder's SOURCES.md): print_iter_log
+lines pasted in PR #3914 (and the brief's PR #6683 line), the stats object pasted in issue
+#6364, and a speculative capture constructed from it by editing numbers. Every import runs
+through the CLI (click's CliRunner); every expected number is worked out by hand below.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from analyzer.ingest.importers.sniff import NO, STRONG, head_of, scores, trtllm_iter
+from imported import rows, run, t
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TRT = FIXTURES / "trtllm"
+LOG_3914 = TRT / "iter_log_pr3914.log"
+LOG_6683 = TRT / "iter_log_pr6683.log"
+STATS_6364 = TRT / "iter_stats_issue6364.json"
+SPEC = TRT / "iter_stats_spec_constructed.jsonl"
+UTC = dt.timezone.utc
+
+
+def imported(*args) -> None:
+    result = run("import", "trtllm-iter", *args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def steps(root: Path, deployment: str) -> list[dict]:
+    return sorted((r for r in rows(root, "steps") if r["deployment_id"] == deployment), key=lambda r: r["step_id"])
+
+
+def deployment(root: Path, deployment_id: str) -> dict:
+    (found,) = [r for r in rows(root, "deployments") if r["deployment_id"] == deployment_id]
+    return found
+
+
+def notes(root: Path) -> list[str]:
+    return [r["note"] for r in rows(root, "import_notes")]
+
+
+def assert_one_line_exit_2(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+# =========================================================================== print_iter_log
+
+
+def test_log_pr3914_plain_with_method_none(tmp_path):
+    out = tmp_path / "t"
+    result = imported(LOG_3914, "--deployment", "base", "--method", "none", "--out", out)
+    # line 1 is the layout before num_scheduled_requests: skipped, counted
+    assert "1  iteration line without num_scheduled_requests" in result.stdout
+    (step,) = steps(out, "base")
+    assert step["step_id"] == 198
+    # timestamp 2025-04-28 09:56:44 is printed after the iteration; elapsed_time 0.005060911178588867 s
+    # = 5060.911 µs → 5061 µs; start = 09:56:44.000000 − 0.005061 = 09:56:43.994939
+    assert step["start_time"] == t("2025-04-28 09:56:43.994939")
+    assert step["duration_ms"] == 5.060911178588867          # 0.005060911178588867 s × 1000
+    # batch = num_scheduled_requests 10 − num_ctx_requests 0 = 10
+    assert step["batch_size"] == 10
+    assert step["num_prefill_tokens"] == 0                   # num_ctx_tokens
+    # plain decoding: 10 generation requests commit one token each: 10, not num_generation_tokens (16 = 10
+    # requests + 6 CUDA-graph padding, as PR #3914 says)
+    assert (step["num_draft_tokens"], step["num_accepted_tokens"], step["num_committed_tokens"]) == (0, 0, 10)
+    assert step["counts_from"] == "iteration"
+    dep = deployment(out, "base")
+    assert (dep["model"], dep["method"], dep["num_speculative_tokens"]) == ("unknown", "none", 0)
+
+
+def test_log_pr6683_without_method_leaves_counts_null(tmp_path):
+    out = tmp_path / "t"
+    imported(LOG_6683, "--deployment", "d", "--out", out)
+    (step,) = steps(out, "d")
+    assert step["step_id"] == 6
+    # 02:28:52 − 0.09875988960266113 s (98759.8896 µs → 98760 µs) = 02:28:51.901240
+    assert step["start_time"] == t("2025-08-07 02:28:51.901240")
+    assert step["duration_ms"] == 98.75988960266113
+    assert step["batch_size"] == 1                            # 2 scheduled − 1 context request
+    assert step["num_prefill_tokens"] == 4096                 # num_ctx_tokens
+    # no way to tell plain from speculative: the count columns are not written at all
+    for column in ("num_draft_tokens", "num_accepted_tokens", "num_committed_tokens", "counts_from"):
+        assert column not in step
+    assert deployment(out, "d")["method"] == "unknown"
+    assert any("can't tell plain decoding from speculative decoding" in n for n in notes(out))
+    assert any("whole seconds" in n for n in notes(out))
+
+
+def test_log_ranks_of_one_iteration_are_one_step(tmp_path):
+    # Edited from the PR #6683 line: a copy as rank 1 of the same iteration (global_rank and rank 1), and
+    # iteration 7 of both ranks one second later with elapsed_time 0.5s. Rank 0's lines are the steps.
+    line = LOG_6683.read_text().strip()
+    rank1 = line.replace("global_rank = 0, rank = 0", "global_rank = 1, rank = 1")
+    it7 = (line.replace("iter = 6,", "iter = 7,").replace("02:28:52, num", "02:28:53, num")
+           .replace("0.09875988960266113s", "0.5s"))
+    log = tmp_path / "two_ranks.log"
+    log.write_text("\n".join([line, rank1, it7, it7.replace("global_rank = 0, rank = 0",
+                                                            "global_rank = 1, rank = 1")]) + "\n")
+    out = tmp_path / "t"
+    result = imported(log, "--deployment", "tp2", "--method", "none", "--out", out)
+    assert "2  line of another rank" in result.stdout
+    got = steps(out, "tp2")
+    assert [s["step_id"] for s in got] == [6, 7]
+    # iteration 7: 02:28:53 − 0.5 s = 02:28:52.500000, 500 ms
+    assert (got[1]["start_time"], got[1]["duration_ms"]) == (t("2025-08-07 02:28:52.5"), 500.0)
+    assert any("ranks 0, 1 logged; rank 0's lines are the steps" in n for n in notes(out))
+
+
+def test_log_repeated_iteration_is_not_a_second_step(tmp_path):
+    # the PR #6683 line twice (a log captured twice): one step, one skip
+    log = tmp_path / "twice.log"
+    log.write_text(LOG_6683.read_text() * 2)
+    out = tmp_path / "t"
+    result = imported(log, "--deployment", "d", "--out", out)
+    assert "1  iteration repeated" in result.stdout
+    assert [s["step_id"] for s in steps(out, "d")] == [6]
+
+
+def test_log_with_only_the_old_layout_imports_nothing(tmp_path):
+    log = tmp_path / "old.log"
+    log.write_text(LOG_3914.read_text().splitlines()[0] + "\n")
+    out = tmp_path / "t"
+    result = run("import", "trtllm-iter", log, "--deployment", "d", "--out", out)
+    assert_one_line_exit_2(result, f"{log}: nothing to import: the first record that did not import is {log}:1 "
+                                   "(iteration line without num_scheduled_requests")
+    assert not out.exists() or not any(out.rglob("*.parquet"))
+
+
+# =========================================================================== stats JSON
+
+
+def test_stats_issue6364_plain(tmp_path):
+    out = tmp_path / "t"
+    imported(STATS_6364, "--deployment", "trt", "--out", out)
+    (step,) = steps(out, "trt")
+    assert step["step_id"] == 60
+    # C++ backend (staticBatchingStats null): timestamp "07-25-2025 16:54:34.140189" is the end;
+    # iterLatencyMS 13.021209 → 13021.209 µs → 13021 µs; start = .140189 − .013021 = 16:54:34.127168
+    assert step["start_time"] == t("2025-07-25 16:54:34.127168")
+    assert step["duration_ms"] == 13.021209
+    assert step["batch_size"] == 1                    # numGenRequests
+    assert step["num_prefill_tokens"] == 0            # numCtxTokens
+    assert step["kv_usage"] == 3 / 22955              # usedNumBlocks / maxNumBlocks
+    # specDecodingStats null in the only object: plain, numGenRequests 1 → 1 committed token
+    assert (step["num_draft_tokens"], step["num_accepted_tokens"], step["num_committed_tokens"]) == (0, 0, 1)
+    assert step["counts_from"] == "iteration"
+    dep = deployment(out, "trt")
+    assert (dep["method"], dep["num_speculative_tokens"]) == ("none", 0)
+
+
+def test_stats_spec_constructed(tmp_path):
+    out = tmp_path / "t"
+    result = imported(SPEC, "--deployment", "spec", "--out", out)
+    # iteration 64: no generation, no context → counted and left out
+    assert "1  iteration with neither generation nor context requests" in result.stdout
+    got = steps(out, "spec")
+    assert [s["step_id"] for s in got] == [61, 62, 63]
+    # start = timestamp − iterLatencyMS (C++-backend objects):
+    #   61: .155189 − 15 ms = .140189; 62: .175189 − 20 ms = .155189; 63: .185189 − 10 ms = .175189
+    assert [s["start_time"] for s in got] == [t("2025-07-25 16:54:34.140189"), t("2025-07-25 16:54:34.155189"),
+                                              t("2025-07-25 16:54:34.175189")]
+    assert [s["duration_ms"] for s in got] == [15.0, 20.0, 10.0]
+    assert [s["batch_size"] for s in got] == [4, 3, 2]             # numGenRequests
+    assert [s["num_prefill_tokens"] for s in got] == [0, 512, 0]   # numCtxTokens
+    assert [s["kv_usage"] for s in got] == [8 / 22955, 24 / 22955, 24 / 22955]
+    assert [s["num_draft_tokens"] for s in got] == [12, 9, 6]
+    assert [s["num_accepted_tokens"] for s in got] == [7, 3, 6]
+    # committed = numGenRequests + numAcceptedTokens: 4 + 7 = 11, 3 + 3 = 6, 2 + 6 = 8
+    assert [s["num_committed_tokens"] for s in got] == [11, 6, 8]
+    assert {s["counts_from"] for s in got} == {"iteration"}
+    # drafts per drafting request: 12/4 = 3, 9/3 = 3, 6/2 = 3 → 3; drafts appear → method unknown
+    dep = deployment(out, "spec")
+    assert (dep["method"], dep["num_speculative_tokens"]) == ("unknown", 3)
+    # acceptanceLength: 61 (7+4)/4 = 2.75 ✓, 62 (3+3)/3 = 2.0 ✓, 63 printed 3.5 against (6+2)/2 = 4.0 ✗,
+    # 64 0.0 with no drafting request ✓ → one disagreement, at iter 63
+    assert any(n.startswith("1 stats objects whose acceptanceLength disagrees") and "first at iter 63" in n
+               for n in notes(out))
+
+
+def test_stats_step_sums_equal_the_json_sums(tmp_path):
+    # computed independently from the capture with plain json: every object's specDecodingStats
+    drafted = accepted = 0
+    for line in SPEC.read_text().splitlines():
+        spec = json.loads(line)["specDecodingStats"]
+        drafted += spec["numDraftTokens"]
+        accepted += spec["numAcceptedTokens"]
+    out = tmp_path / "t"
+    imported(SPEC, "--deployment", "spec", "--out", out)
+    got = steps(out, "spec")
+    assert sum(s["num_draft_tokens"] for s in got) == drafted
+    assert sum(s["num_accepted_tokens"] for s in got) == accepted
+    assert (drafted, accepted) == (27, 16)     # 12 + 9 + 6 + 0, 7 + 3 + 6 + 0
+
+
+def test_stats_as_a_json_array_and_as_json_strings(tmp_path):
+    # /metrics returns one JSON array; some get_stats() releases return each iteration as JSON text
+    objects = [json.loads(line) for line in SPEC.read_text().splitlines()]
+    array = tmp_path / "metrics.json"
+    array.write_text(json.dumps(objects, indent=2))
+    strings = tmp_path / "get_stats.json"
+    strings.write_text(json.dumps([json.dumps(o) for o in objects]))
+    for path, dep in ((array, "a"), (strings, "s")):
+        out = tmp_path / dep
+        imported(path, "--deployment", dep, "--out", out)
+        assert [s["num_committed_tokens"] for s in steps(out, dep)] == [11, 6, 8]
+
+
+def test_stats_bad_record_is_skipped_and_counted(tmp_path):
+    lines = SPEC.read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad["iterLatencyMS"] = "slow"
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join([lines[0], json.dumps(bad), lines[2]]) + "\n")
+    out = tmp_path / "t"
+    result = imported(path, "--deployment", "d", "--out", out)
+    assert f"1  stats object with a field of the wrong type (first at {path}:2)" in result.stdout
+    assert [s["step_id"] for s in steps(out, "d")] == [61, 63]
+
+
+def test_stats_cut_off_file_exits_2_naming_the_line(tmp_path):
+    path = tmp_path / "cut.json"
+    text = SPEC.read_text()
+    path.write_text(text[: len(text) - 40])        # the last object loses its end
+    result = run("import", "trtllm-iter", path, "--deployment", "d", "--out", tmp_path / "t")
+    assert_one_line_exit_2(result, f"{path}:4: not valid JSON")
+
+
+def test_log_and_stats_in_one_import_are_refused(tmp_path):
+    result = run("import", "trtllm-iter", LOG_6683, STATS_6364, "--deployment", "d", "--out", tmp_path / "t")
+    assert_one_line_exit_2(result, "iteration log lines and iteration statistics JSON in one import")
+
+
+# =========================================================================== content checks
+
+
+def test_auto_picks_trtllm_iter_for_both_layouts(tmp_path):
+    for path in (LOG_3914, LOG_6683, STATS_6364, SPEC):
+        assert {s for s, v in scores(path).items() if v} == {"trtllm-iter"}, path
+        assert scores(path)["trtllm-iter"] == STRONG
+    res = run("import", "auto", LOG_6683, STATS_6364, "--deployment", "x", "--out", tmp_path / "t")
+    # two files of one source in one import are refused, as above: auto groups them under trtllm-iter
+    assert "iteration log lines and iteration statistics JSON" in res.stderr
+    res = run("import", "auto", SPEC, "--deployment", "x", "--out", tmp_path / "u")
+    assert res.exit_code == 0, res.output
+    assert res.stderr.strip().endswith("iter_stats_spec_constructed.jsonl: trtllm-iter")
+
+
+def test_no_other_fixture_looks_like_trtllm_iter():
+    others = [p for p in FIXTURES.rglob("*") if p.is_file() and not p.name.startswith("iter_")
+              and p.suffix in (".log", ".json", ".jsonl", ".txt", ".prom")]
+    assert others
+    for path in others:
+        assert trtllm_iter(head_of(path)) == NO, path
+
+
+def test_another_source_refuses_an_iteration_log(tmp_path):
+    result = run("import", "vllm-log", LOG_6683, "--deployment", "d", "--out", tmp_path / "t")
+    assert_one_line_exit_2(result, "this is TensorRT-LLM iteration output, not vllm-log input: "
+                                   "use `specan import trtllm-iter`")
