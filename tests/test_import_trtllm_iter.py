@@ -266,3 +266,19 @@ def test_another_source_refuses_an_iteration_log(tmp_path):
     result = run("import", "vllm-log", LOG_6683, "--deployment", "d", "--out", tmp_path / "t")
     assert_one_line_exit_2(result, "this is TensorRT-LLM iteration output, not vllm-log input: "
                                    "use `specan import trtllm-iter`")
+
+
+def test_stats_with_spec_stats_but_no_drafts_is_not_plain(tmp_path):
+    # Edited from the constructed capture's iteration 64 (specDecodingStats all 0): numGenRequests 1,
+    # numScheduledRequests 1. A speculative config without drafts (the speculation gate off) is not plain
+    # decoding: method unknown, γ unknown (0, weak), and the step's counts as given: 0, 0, 1 + 0 = 1.
+    obj = json.loads(SPEC.read_text().splitlines()[3])
+    obj["inflightBatchingStats"]["numGenRequests"] = obj["inflightBatchingStats"]["numScheduledRequests"] = 1
+    path = tmp_path / "gate_off.json"
+    path.write_text(json.dumps(obj))
+    out = tmp_path / "t"
+    imported(path, "--deployment", "g", "--out", out)
+    (step,) = steps(out, "g")
+    assert (step["num_draft_tokens"], step["num_accepted_tokens"], step["num_committed_tokens"]) == (0, 0, 1)
+    dep = deployment(out, "g")
+    assert (dep["method"], dep["num_speculative_tokens"]) == ("unknown", 0)

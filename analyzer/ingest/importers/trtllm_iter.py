@@ -366,7 +366,7 @@ def import_trtllm_iter(files: Sequence[str | Path], out: str | Path, deployment_
                                "left out (" + ", ".join(sorted(summary.skipped)) + ")")
     kept.sort(key=lambda s: s.iter)
 
-    speculated = (not from_log) and any(s.drafted for s in kept)
+    # the PyTorch backend writes specDecodingStats whenever a speculative config is set, drafting or not
     spec_seen = tally.spec > 0
     gamma = max(tally.per_request) if tally.per_request else None
     if from_log:
@@ -376,7 +376,7 @@ def import_trtllm_iter(files: Sequence[str | Path], out: str | Path, deployment_
     else:
         plain = not spec_seen
         method_known = True
-        row = deployment_row(deployment_id, overrides, model=None, speculated=speculated, num_spec_tokens=gamma)
+        row = deployment_row(deployment_id, overrides, model=None, speculated=spec_seen, num_spec_tokens=gamma)
     writer.merge_deployment(row, summary)
 
     cols: dict[str, list] = {c: [] for c in STEP_COLUMNS}
