@@ -282,3 +282,31 @@ def test_stats_with_spec_stats_but_no_drafts_is_not_plain(tmp_path):
     assert (step["num_draft_tokens"], step["num_accepted_tokens"], step["num_committed_tokens"]) == (0, 0, 1)
     dep = deployment(out, "g")
     assert (dep["method"], dep["num_speculative_tokens"]) == ("unknown", 0)
+
+
+def test_log_host_step_time_layouts(tmp_path):
+    # No pasted line of these layouts was found. Constructed from py_executor.py's format strings (see
+    # SOURCES.md) with the numbers of the PR #3914 line: host_step_time in ms in place of elapsed_time.
+    middle = ("[04/28/2025-09:56:44] [TRT-LLM] [I] iter = 198, global_rank = 0, rank = 0, currank_total_requests = "
+              "0/0, host_step_time = 5.060911178588867ms, prev_device_step_time = N/A, timestamp = 2025-04-28 "
+              "09:56:44, num_scheduled_requests: 10, states = {'num_ctx_requests': 0, 'num_ctx_tokens': 0, "
+              "'num_generation_tokens': 16}")
+    newest = ("[04/28/2025-09:56:45] [TRT-LLM] [I] [_torch][RANK 0] iter = 199, global_rank = 0, rank = 0, "
+              "num_scheduled_requests = 10, kv_cache_util = 0.125, currank_total_requests = 0/0, host_step_time = "
+              "5.060911178588867ms, prev_device_step_time = 4.9ms, timestamp = 2025-04-28 09:56:45, states = "
+              "{'num_ctx_requests': 0, 'num_ctx_tokens': 0, 'num_generation_tokens': 16, 'cached_kv_tokens': 63821}")
+    log = tmp_path / "host_step.log"
+    log.write_text(middle + "\n" + newest + "\n")
+    out = tmp_path / "t"
+    result = imported(log, "--deployment", "h", "--method", "none", "--out", out)
+    got = steps(out, "h")
+    assert [s["step_id"] for s in got] == [198, 199]
+    # 5.060911178588867 ms → 5061 µs before each timestamp: 09:56:43.994939 and 09:56:44.994939
+    assert [s["start_time"] for s in got] == [t("2025-04-28 09:56:43.994939"), t("2025-04-28 09:56:44.994939")]
+    assert [s["duration_ms"] for s in got] == [5.060911178588867] * 2
+    assert [s["batch_size"] for s in got] == [10, 10]
+    assert [s["num_committed_tokens"] for s in got] == [10, 10]
+    # kv_cache_util only in the newest layout
+    assert [s["kv_usage"] for s in got] == [None, 0.125]
+    assert "1 × host_step_time, num_scheduled_requests = N, kv_cache_util" in result.stdout
+    assert "1 × host_step_time, num_scheduled_requests: N" in result.stdout

@@ -200,8 +200,15 @@ def _log_steps(path: Path, summary: ImportSummary, tally: _Tally) -> list[_Step]
             tally.layouts[layout] += 1
             tally.ranks.add(rank)
             end_us = datetime_us(end)
-            steps.append(_Step(it, rank, end_us - int(round(duration * 1000)), duration, batch, ctx_tok,
-                               place=place, ctx_requests=ctx_req))
+            step = _Step(it, rank, end_us - int(round(duration * 1000)), duration, batch, ctx_tok,
+                         place=place, ctx_requests=ctx_req)
+            # newest layout: kv_cache_util = 1 − free blocks / max blocks, 3 decimals, or N/A
+            try:
+                util = float(f["kv_cache_util"]) if "kv_cache_util" in f else None
+            except ValueError:
+                util = None
+            step.kv_usage = util if util is not None and 0 <= util <= 1 else None
+            steps.append(step)
     return steps
 
 
