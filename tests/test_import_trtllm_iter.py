@@ -310,3 +310,15 @@ def test_log_host_step_time_layouts(tmp_path):
     assert [s["kv_usage"] for s in got] == [None, 0.125]
     assert "1 × host_step_time, num_scheduled_requests = N, kv_cache_util" in result.stdout
     assert "1 × host_step_time, num_scheduled_requests: N" in result.stdout
+
+
+def test_stats_without_spec_stats_but_a_speculative_method_keeps_counts_null(tmp_path):
+    # issue #6364's object (specDecodingStats null) imported as --method eagle3: the counts can't be told
+    out = tmp_path / "t"
+    imported(STATS_6364, "--deployment", "e", "--method", "eagle3", "--out", out)
+    (step,) = steps(out, "e")
+    assert step["batch_size"] == 1
+    for column in ("num_draft_tokens", "num_accepted_tokens", "num_committed_tokens", "counts_from"):
+        assert column not in step
+    assert deployment(out, "e")["method"] == "eagle3"
+    assert any("but --method is eagle3" in n for n in notes(out))

@@ -381,7 +381,8 @@ def import_trtllm_iter(files: Sequence[str | Path], out: str | Path, deployment_
         method_known = overrides.method is not None
         row = deployment_row(deployment_id, overrides, model=None, speculated=not plain, num_spec_tokens=None)
     else:
-        plain = not spec_seen
+        # no specDecodingStats anywhere is plain decoding, unless --method names a speculative method
+        plain = not spec_seen and overrides.method in (None, "none")
         method_known = True
         row = deployment_row(deployment_id, overrides, model=None, speculated=spec_seen, num_spec_tokens=gamma)
     writer.merge_deployment(row, summary)
@@ -445,10 +446,13 @@ def _notes(summary: ImportSummary, tally: _Tally, deployment_id: str, from_log: 
         if plain:
             note("no stats object carries specDecodingStats: plain decoding, one committed token per "
                  "generation request (num_committed_tokens = numGenRequests)")
+        elif not tally.spec:
+            note(f"no stats object carries specDecodingStats, but --method is {overrides.method}: the steps' "
+                 "token counts are null")
         else:
             note("num_committed_tokens = numGenRequests + numAcceptedTokens (each generation request commits "
                  "its accepted drafts and one token of its own)")
-        if missing_spec:
+        if missing_spec and tally.spec:
             note(f"{missing_spec} steps without specDecodingStats beside steps with it: their token counts "
                  "are null")
         if tally.length_off:
