@@ -8,7 +8,6 @@ through the CLI (click's CliRunner); every expected number is worked out by hand
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from pathlib import Path
 
@@ -21,10 +20,9 @@ LOG_3914 = TRT / "iter_log_pr3914.log"
 LOG_6683 = TRT / "iter_log_pr6683.log"
 STATS_6364 = TRT / "iter_stats_issue6364.json"
 SPEC = TRT / "iter_stats_spec_constructed.jsonl"
-UTC = dt.timezone.utc
 
 
-def imported(*args) -> None:
+def imported(*args):
     result = run("import", "trtllm-iter", *args)
     assert result.exit_code == 0, result.output
     return result
