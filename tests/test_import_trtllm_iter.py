@@ -1,7 +1,7 @@
 """specan import trtllm-iter (docs/importers.md): TensorRT-LLM iteration output → steps.
 
 Inputs are tests/fixtures/trtllm/iter_* (sources in that folder's SOURCES.md): print_iter_log
-lines pasted in PR #3914 (and the brief's PR #6683 line), the stats object pasted in issue
+lines pasted in PR #3914 and PR #6683, the stats object pasted in issue
 #6364, and a speculative capture constructed from it by editing numbers. Every import runs
 through the CLI (click's CliRunner); every expected number is worked out by hand below.
 """
@@ -78,49 +78,67 @@ def test_log_pr3914_plain_with_method_none(tmp_path):
 def test_log_pr6683_without_method_leaves_counts_null(tmp_path):
     out = tmp_path / "t"
     imported(LOG_6683, "--deployment", "d", "--out", out)
-    (step,) = steps(out, "d")
-    assert step["step_id"] == 6
-    # 02:28:52 − 0.09875988960266113 s (98759.8896 µs → 98760 µs) = 02:28:51.901240
-    assert step["start_time"] == t("2025-08-07 02:28:51.901240")
-    assert step["duration_ms"] == 98.75988960266113
-    assert step["batch_size"] == 1                            # 2 scheduled − 1 context request
-    assert step["num_prefill_tokens"] == 4096                 # num_ctx_tokens
+    got = steps(out, "d")
+    assert [s["step_id"] for s in got] == [5, 6, 7, 8]
+    # start = timestamp − elapsed_time, in whole µs:
+    #   5: 02:28:51 − 0.0823206901550293 s (82320.69 µs → 82321) = 02:28:50.917679
+    #   6: 02:28:52 − 0.09875988960266113 s (98759.89 → 98760)   = 02:28:51.901240
+    #   7: 02:28:52 − 0.0669400691986084 s (66940.07 → 66940)    = 02:28:51.933060
+    #   8: 02:28:52 − 0.09499597549438477 s (94995.98 → 94996)   = 02:28:51.905004
+    # (7 seems to start after 8: the timestamp has whole seconds, as noted)
+    assert [s["start_time"] for s in got] == [t("2025-08-07 02:28:50.917679"), t("2025-08-07 02:28:51.901240"),
+                                              t("2025-08-07 02:28:51.933060"), t("2025-08-07 02:28:51.905004")]
+    assert [s["duration_ms"] for s in got] == [82.3206901550293, 98.75988960266113, 66.9400691986084,
+                                               94.99597549438477]
+    # batch = num_scheduled_requests − num_ctx_requests: 1−1, 2−1, 3−1, 4−1
+    assert [s["batch_size"] for s in got] == [0, 1, 2, 3]
+    assert [s["num_prefill_tokens"] for s in got] == [4096] * 4          # num_ctx_tokens
     # no way to tell plain from speculative: the count columns are not written at all
-    for column in ("num_draft_tokens", "num_accepted_tokens", "num_committed_tokens", "counts_from"):
-        assert column not in step
+    for step in got:
+        for column in ("num_draft_tokens", "num_accepted_tokens", "num_committed_tokens", "counts_from"):
+            assert column not in step
     assert deployment(out, "d")["method"] == "unknown"
     assert any("can't tell plain decoding from speculative decoding" in n for n in notes(out))
     assert any("whole seconds" in n for n in notes(out))
 
 
+def test_log_pr6683_plain_commits_one_token_per_generation_request(tmp_path):
+    out = tmp_path / "t"
+    imported(LOG_6683, "--deployment", "base", "--method", "none", "--out", out)
+    got = steps(out, "base")
+    # batch sizes 0, 1, 2, 3 → committed 0, 1, 2, 3 (here equal to num_generation_tokens: no padding)
+    assert [s["num_committed_tokens"] for s in got] == [0, 1, 2, 3]
+    assert {(s["num_draft_tokens"], s["num_accepted_tokens"], s["counts_from"]) for s in got} == \
+        {(0, 0, "iteration")}
+
+
 def test_log_ranks_of_one_iteration_are_one_step(tmp_path):
-    # Edited from the PR #6683 line: a copy as rank 1 of the same iteration (global_rank and rank 1), and
-    # iteration 7 of both ranks one second later with elapsed_time 0.5s. Rank 0's lines are the steps.
-    line = LOG_6683.read_text().strip()
-    rank1 = line.replace("global_rank = 0, rank = 0", "global_rank = 1, rank = 1")
-    it7 = (line.replace("iter = 6,", "iter = 7,").replace("02:28:52, num", "02:28:53, num")
-           .replace("0.09875988960266113s", "0.5s"))
+    # Edited from PR #6683's lines for iterations 6 and 7: a copy of each as rank 1 (global_rank and rank
+    # 1), as TLLM_PROFILE_LOG_RANKS=all prints them. Rank 0's lines are the steps.
+    lines = LOG_6683.read_text().splitlines()[1:3]
     log = tmp_path / "two_ranks.log"
-    log.write_text("\n".join([line, rank1, it7, it7.replace("global_rank = 0, rank = 0",
-                                                            "global_rank = 1, rank = 1")]) + "\n")
+    log.write_text("\n".join(x for line in lines
+                             for x in (line, line.replace("global_rank = 0, rank = 0", "global_rank = 1, rank = 1")))
+                   + "\n")
     out = tmp_path / "t"
     result = imported(log, "--deployment", "tp2", "--method", "none", "--out", out)
     assert "2  line of another rank" in result.stdout
     got = steps(out, "tp2")
     assert [s["step_id"] for s in got] == [6, 7]
-    # iteration 7: 02:28:53 − 0.5 s = 02:28:52.500000, 500 ms
-    assert (got[1]["start_time"], got[1]["duration_ms"]) == (t("2025-08-07 02:28:52.5"), 500.0)
+    # iteration 7 as in the pasted line: 02:28:51.933060, 66.9400691986084 ms, batch 2
+    assert (got[1]["start_time"], got[1]["duration_ms"], got[1]["batch_size"]) == \
+        (t("2025-08-07 02:28:51.933060"), 66.9400691986084, 2)
     assert any("ranks 0, 1 logged; rank 0's lines are the steps" in n for n in notes(out))
 
 
 def test_log_repeated_iteration_is_not_a_second_step(tmp_path):
-    # the PR #6683 line twice (a log captured twice): one step, one skip
+    # PR #6683's four lines twice (a log captured twice): four steps, four skips
     log = tmp_path / "twice.log"
     log.write_text(LOG_6683.read_text() * 2)
     out = tmp_path / "t"
     result = imported(log, "--deployment", "d", "--out", out)
-    assert "1  iteration repeated" in result.stdout
-    assert [s["step_id"] for s in steps(out, "d")] == [6]
+    assert "4  iteration repeated" in result.stdout
+    assert [s["step_id"] for s in steps(out, "d")] == [5, 6, 7, 8]
 
 
 def test_log_with_only_the_old_layout_imports_nothing(tmp_path):
