@@ -338,3 +338,18 @@ def test_stats_without_spec_stats_but_a_speculative_method_keeps_counts_null(tmp
         assert column not in step
     assert deployment(out, "e")["method"] == "eagle3"
     assert any("but --method is eagle3" in n for n in notes(out))
+
+
+def test_stats_issue3376_context_only_iteration_without_spec_key(tmp_path):
+    out = tmp_path / "t"
+    imported(TRT / "iter_stats_issue3376.json", "--deployment", "ctx", "--out", out)
+    (step,) = steps(out, "ctx")
+    assert step["step_id"] == 0
+    # iterLatencyMS 0.0: start = the timestamp 20:33:17.747028 itself (C++ backend: staticBatchingStats null)
+    assert (step["start_time"], step["duration_ms"]) == (t("2025-04-07 20:33:17.747028"), 0.0)
+    # a context-only iteration: no generation request, 16000 context tokens: kept (not idle)
+    assert (step["batch_size"], step["num_prefill_tokens"]) == (0, 16000)
+    assert step["kv_usage"] == 5495 / 7240
+    # no specDecodingStats key in this release: plain, 0 generation requests → 0 committed
+    assert (step["num_draft_tokens"], step["num_accepted_tokens"], step["num_committed_tokens"]) == (0, 0, 0)
+    assert deployment(out, "ctx")["method"] == "none"
