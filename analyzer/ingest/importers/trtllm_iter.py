@@ -281,7 +281,8 @@ def _stats_step(obj: dict, ifb: dict, tally: _Tally) -> _Step | None:
     stamp_us = datetime_us(moment)
     # PyTorch backend: staticBatchingStats is an (empty) object and the timestamp is taken when the
     # iteration's stats object is made, before scheduling; C++ backend: staticBatchingStats is null for
-    # inflight batching and the timestamp is the iteration's end (types.h: "Ending time of this iteration")
+    # inflight batching and the timestamp is the iteration's end (executorImpl.cpp getCurrentIterationStats,
+    # called after the iteration; types.h: "Ending time of this iteration")
     if isinstance(obj.get("staticBatchingStats"), dict):
         tally.stamp_start += 1
         start_us = stamp_us
@@ -441,7 +442,8 @@ def _notes(summary: ImportSummary, tally: _Tally, deployment_id: str, from_log: 
                  "is the step's start; iterLatencyMS under the overlap scheduler spans about two loops")
         if tally.stamp_end:
             note(f"{tally.stamp_end} stats objects from the C++ backend (staticBatchingStats null): their "
-                 "timestamp is the iteration's end (executor types.h), so the start is timestamp − iterLatencyMS")
+                 "timestamp is taken after the iteration (executorImpl.cpp getCurrentIterationStats), so the start is "
+                 "timestamp − iterLatencyMS")
         note("timestamps are the server's local clock without a zone, read as UTC")
         if plain:
             note("no stats object carries specDecodingStats: plain decoding, one committed token per "
