@@ -122,7 +122,7 @@ def test_log_ranks_of_one_iteration_are_one_step(tmp_path):
                    + "\n")
     out = tmp_path / "t"
     result = imported(log, "--deployment", "tp2", "--method", "none", "--out", out)
-    assert "2  line of another rank" in result.stdout
+    assert "2  iteration of another rank" in result.stdout
     got = steps(out, "tp2")
     assert [s["step_id"] for s in got] == [6, 7]
     # iteration 7 as in the pasted line: 02:28:51.933060, 66.9400691986084 ms, batch 2
@@ -353,3 +353,22 @@ def test_stats_issue3376_context_only_iteration_without_spec_key(tmp_path):
     # no specDecodingStats key in this release: plain, 0 generation requests → 0 committed
     assert (step["num_draft_tokens"], step["num_accepted_tokens"], step["num_committed_tokens"]) == (0, 0, 0)
     assert deployment(out, "ctx")["method"] == "none"
+
+
+def test_stats_attention_dp_ranks_keep_the_lowest(tmp_path):
+    # Edited from the constructed capture's iterations 61 and 62: each also as attentionDpRank 1 (numbers
+    # unchanged), as releases with per-rank Attention-DP rows write them (PR #13649); rank 0's are the steps.
+    lines = SPEC.read_text().splitlines()[:2]
+    records = []
+    for line in lines:
+        for rank in (0, 1):
+            obj = json.loads(line)
+            obj["attentionDpRank"] = rank
+            records.append(json.dumps(obj))
+    path = tmp_path / "adp.jsonl"
+    path.write_text("\n".join(records) + "\n")
+    out = tmp_path / "t"
+    result = imported(path, "--deployment", "adp", "--out", out)
+    assert "2  iteration of another rank" in result.stdout
+    got = steps(out, "adp")
+    assert [(s["step_id"], s["num_draft_tokens"], s["num_accepted_tokens"]) for s in got] == [(61, 12, 7), (62, 9, 3)]

@@ -51,7 +51,8 @@ NO_SCHEDULED = ("iteration line without num_scheduled_requests (layout before 20
 NO_DURATION = "iteration line without elapsed_time or host_step_time"
 NO_TIME = "iteration line without a readable timestamp"
 BAD_LINE = "iteration line whose fields don't parse"
-OTHER_RANK = "line of another rank (one tensor-parallel iteration is one step: the lowest rank's line is kept)"
+OTHER_RANK = ("iteration of another rank (one iteration of the ranks is one step: the lowest rank's line or "
+              "stats object is kept)")
 REPEATED = "iteration repeated (an iter already imported for this deployment)"
 IDLE = "iteration with neither generation nor context requests"
 NO_IFB = "stats object without inflightBatchingStats (static batching, or not an IterationStats object)"
