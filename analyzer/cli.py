@@ -713,8 +713,8 @@ class _NamedChoice(click.Choice):
 @main.command("import")
 @click.argument("source", required=False,
                 type=_NamedChoice(["vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log",
-                                   "aiperf-records", "trtllm-responses", "llamacpp-log", "vllm-bench",
-                                   "sglang-bench", "auto"]))
+                                   "aiperf-records", "trtllm-responses", "trtllm-iter", "llamacpp-log",
+                                   "vllm-bench", "sglang-bench", "auto"]))
 @click.argument("file", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--list", "list_of", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="List the imports recorded in this trace directory (id, source, rows, inputs).")
@@ -760,6 +760,8 @@ def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | No
       sglang-log        SGLang log with 'Decode batch' lines (with accept len, or a plain server's) → intervals
       aiperf-records    AIPerf profile_export.jsonl with spec_decode_acceptance  → requests, rounds
       trtllm-responses  TensorRT-LLM responses (JSON), per-choice spec stats     → requests, rounds
+      trtllm-iter       TensorRT-LLM print_iter_log lines or iteration stats JSON (/metrics,
+                        get_stats) → steps
       llamacpp-log      llama.cpp as printed: print_timing, statistics and per-round lines, CLI
                         summaries, responses or timings objects → intervals, rounds, requests
       vllm-bench        `vllm bench serve` summaries (text or --save-result JSON) → intervals (benchmark)

@@ -91,7 +91,9 @@ TOP = {"vllm.log": "vllm-log", "vllm_responses.jsonl": "vllm-responses",
 # the kept runs of a real llama-server (e2e/llamacpp/run.sh): its log, responses and stream, its scrapes
 E2E_SOURCE = {".log": "llamacpp-log", ".jsonl": "llamacpp-log", ".sse": "llamacpp-log", ".prom": "prometheus"}
 CASES = ([(p, TOP[p.name]) for p in sorted(FIXTURES.glob("*")) if p.is_file() and p.suffix != ".md"]
-         + [(p, FIXTURE_SOURCE[p.parent.name]) for p in sorted(FIXTURES.glob("*/*"))
+         # trtllm/iter_*: TensorRT-LLM's iteration output, beside its responses
+         + [(p, "trtllm-iter" if p.parent.name == "trtllm" and p.name.startswith("iter_")
+             else FIXTURE_SOURCE[p.parent.name]) for p in sorted(FIXTURES.glob("*/*"))
             if p.suffix != ".md" and p.parent.name != "llamacpp_e2e"]
          + [(p, E2E_SOURCE[p.suffix]) for p in sorted(FIXTURES.glob("llamacpp_e2e/**/*")) if p.suffix in E2E_SOURCE])
 

@@ -28,18 +28,20 @@ from .sglang_bench import import_sglang_bench
 from .sglang_log import import_sglang_log
 from .sglang_responses import import_sglang_responses
 from .sniff import pick, refusal, resemblance
+from .trtllm_iter import import_trtllm_iter
 from .trtllm_responses import import_trtllm_responses
 from .vllm_bench import import_vllm_bench
 from .vllm_log import import_vllm_log
 from .vllm_responses import import_vllm_responses
 
 SOURCES = ("vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log", "aiperf-records",
-           "trtllm-responses", "llamacpp-log", "vllm-bench", "sglang-bench")
+           "trtllm-responses", "trtllm-iter", "llamacpp-log", "vllm-bench", "sglang-bench")
 TIME_SOURCES = ("prometheus", "vllm-bench", "sglang-bench")
 
 __all__ = ["SOURCES", "DeploymentMap", "ImportConflict", "ImportInputError", "ImportSummary", "MalformedInput",
            "Overrides", "import_aiperf_records", "import_llamacpp_log", "import_prometheus", "import_sglang_log",
-           "import_sglang_bench", "import_sglang_responses", "import_trtllm_responses", "import_vllm_bench",
+           "import_sglang_bench", "import_sglang_responses", "import_trtllm_iter", "import_trtllm_responses",
+           "import_vllm_bench",
            "import_vllm_log", "import_vllm_responses", "pick_sources", "run_import"]
 
 
@@ -81,6 +83,8 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
         return import_aiperf_records(files, out, ids[0], overrides)
     if source == "trtllm-responses":
         return import_trtllm_responses(files, out, ids[0], overrides)
+    if source == "trtllm-iter":
+        return import_trtllm_iter(files, out, ids[0], overrides)
     if source == "llamacpp-log":
         return import_llamacpp_log(files, out, ids[0], overrides, start=start)
     if source == "vllm-bench":

@@ -24,6 +24,7 @@ HEAD_BYTES = 256 * 1024
 WHAT = {"vllm-responses": "vLLM per-request output", "vllm-log": "a vLLM log", "prometheus": "a metrics scrape",
         "sglang-responses": "SGLang per-request output", "sglang-log": "an SGLang log",
         "aiperf-records": "AIPerf records", "trtllm-responses": "TensorRT-LLM per-request output",
+        "trtllm-iter": "TensorRT-LLM iteration output",
         "llamacpp-log": "llama.cpp output", "vllm-bench": "a `vllm bench serve` summary",
         "sglang-bench": "an SGLang bench_serving summary"}
 
@@ -77,6 +78,12 @@ def trtllm_responses(head: str) -> int:
                             r'"(total_draft_tokens|total_accepted_draft_tokens)"')(head) else NO
 
 
+def trtllm_iter(head: str) -> int:
+    # print_iter_log lines (py_executor.py), or IterationStats JSON (jsonSerialization.cpp's camelCase keys)
+    return STRONG if _found(r"\biter = \d+, global_rank = \d+, rank = \d+")(head) \
+        or (_found(r'"iterLatencyMS"\s*:')(head) and _found(r'"inflightBatchingStats"\s*:')(head)) else NO
+
+
 def llamacpp_log(head: str) -> int:
     # the per-round line names its function: update_slots, or operator() in a current build's lambda
     return STRONG if _found(r"print_timing|update_slots|accepted +\d+/ *\d+ draft tokens|draft acceptance|"
@@ -103,7 +110,8 @@ def sglang_bench(head: str) -> int:
 CHECKS: dict[str, Callable[[str], int]] = {
     "vllm-responses": vllm_responses, "vllm-log": vllm_log, "prometheus": prometheus,
     "sglang-responses": sglang_responses, "sglang-log": sglang_log, "aiperf-records": aiperf_records,
-    "trtllm-responses": trtllm_responses, "llamacpp-log": llamacpp_log, "vllm-bench": vllm_bench,
+    "trtllm-responses": trtllm_responses, "trtllm-iter": trtllm_iter, "llamacpp-log": llamacpp_log,
+    "vllm-bench": vllm_bench,
     "sglang-bench": sglang_bench}
 
 
