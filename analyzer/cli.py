@@ -754,7 +754,7 @@ def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | No
     SOURCE is one of:
       vllm-responses    vLLM responses (JSON) with metrics.speculative_decoding  → requests, rounds
       vllm-log          vLLM log: spec-decoding metrics lines or a plain server's load lines, and
-                        per-iteration lines (--enable-logging-iteration-details) → intervals, steps
+                        per-iteration lines (vllm serve --enable-logging-iteration-details) → intervals, steps
       prometheus        /metrics scrapes or query_range JSON, spec_decode_* counters → intervals
       sglang-responses  SGLang responses (JSON), meta_info or sglext spec counts → requests, rounds
       sglang-log        SGLang log with 'Decode batch' lines (with accept len, or a plain server's) → intervals

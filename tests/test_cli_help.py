@@ -19,7 +19,8 @@ from analyzer.cli import main
 
 # Options of the engines' own tools, which a source's description names beside the
 # tool: the source reads what the tool writes with that option.
-OTHER_TOOLS = {"--save-result": "vllm bench serve", "--output-file": "bench_serving"}
+OTHER_TOOLS = {"--save-result": "vllm bench serve", "--output-file": "bench_serving",
+               "--enable-logging-iteration-details": "vllm serve"}
 
 WIDE = 100_000      # a paragraph on one line: a sentence is never split between lines
 OPTION = re.compile(r"(?<![\w/-])(--?[A-Za-z][\w-]*)")
