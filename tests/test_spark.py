@@ -101,6 +101,22 @@ def test_the_seed_ledger_on_spark(spark, tmp_path):
     assert round(row["speedup"], 3) == 2.334
 
 
+def test_steps_with_their_own_counts_on_spark(spark, tmp_path):
+    # a vLLM iteration-log pair (tests/test_vllm_iteration_pair.py): the speedup 2.04 matched step by step
+    from test_vllm_iteration_pair import OVERALL, write_pair
+
+    write_pair(tmp_path)
+    for log, args in (("spec.log", ["--deployment", "spec", "--method", "eagle3"]),
+                      ("plain.log", ["--deployment", "plain", "--method", "none"])):
+        done = CliRunner().invoke(main, ["import", "vllm-log", str(tmp_path / log), *args, "--model", "m",
+                                         "--year", "2025", "--out", str(tmp_path / "traces")])
+        assert done.exit_code == 0, done.output
+    duck, spark_doc = documents(tmp_path / "traces", spark)
+    assert differences(duck, spark_doc) == []
+    (row,) = [d for d in spark_doc["deployments"] if d["deployment_id"] == "spec"]
+    assert row["matched"]["steps"]["speedup"] == pytest.approx(OVERALL, rel=1e-9)
+
+
 def test_channels_agree_on_spark(spark, tmp_path):
     # channel_counts and reconciliation run on Spark; reconciliation's rows come back
     write_four_channels(tmp_path)
