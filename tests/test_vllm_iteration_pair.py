@@ -11,6 +11,7 @@ and the spec-decode line of vLLM 0.10.2+ (layout 6, as in tests/fixtures/vllm_lo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -56,6 +57,17 @@ def write_pair(folder):
             SPEC.format(s=50, mean=3.0, at=6.0, dt=9.0, a=300, d=450, pos="0.800, 0.667, 0.533", rate=66.7)]
     (folder / "spec.log").write_text("\n".join(spec) + "\n")
     (folder / "plain.log").write_text("\n".join(iterations(False)) + "\n")
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm_logs"
+
+
+def test_the_fixture_pair_is_these_lines(tmp_path):
+    """The README's walkthrough imports tests/fixtures/vllm_logs/pair_iterations_*.log: exactly the lines
+    built here, so the hand computation above is theirs."""
+    write_pair(tmp_path)
+    for side in ("spec", "plain"):
+        assert (FIXTURES / f"pair_iterations_{side}.log").read_text() == (tmp_path / f"{side}.log").read_text()
 
 
 @pytest.fixture(scope="module")
