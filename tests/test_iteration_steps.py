@@ -157,3 +157,11 @@ def test_step_counts_break_their_row_rules(tmp_path):
         assert ws.con.execute("select list(step_id) from steps").fetchone()[0] == [1]
     finally:
         ws.close()
+
+
+def test_recommend_says_why_steps_alone_give_no_length(pair):
+    root, _ = pair
+    result = CliRunner().invoke(main, ["recommend", str(root), "--deployment", "spec"])
+    assert result.exit_code == 0, result.output
+    assert (f"spec has no rounds: its {2 * N} decode steps come with their own token counts (engine iteration "
+            "lines)") in result.stdout, result.stdout

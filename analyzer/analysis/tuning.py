@@ -608,6 +608,15 @@ def recommend(con: duckdb.DuckDBPyConnection, deployment_id: str, *, by_context:
     doc["baseline_id"] = baseline_id
     steps_present = con.execute("select present from trace_tables where table_name = 'steps'").fetchone()
 
+    iteration_only = con.execute("select decode_steps from iteration_totals where deployment_id = ?",
+                                 [deployment_id]).fetchone()
+    if iteration_only:
+        # engine iteration lines: steps with token counts, but no rounds, so no acceptance per position
+        notes.append(f"{deployment_id} has no rounds: its {iteration_only[0]:,} decode steps come with their own "
+                     "token counts (engine iteration lines), which give its speedup at each batch size (the "
+                     "report's load curve) but no acceptance per draft position, so no length can be predicted. "
+                     "Per-request rounds would (vllm-responses, or a recorder).")
+        return doc
     data = _inputs(con, deployment_id)
     conds = data["conditionals"].get(deployment_id, [])
     fits = data["fits"]
