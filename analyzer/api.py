@@ -318,7 +318,9 @@ def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, p
         slices = resolve_columns(con, by) if by else ()
         if views:
             if passes is not None and summary.pending is None:
-                passes.stats.unused_because = "the rounds break a row rule, so they were copied"
+                # no rounds at all (an intervals-only trace): nothing was copied, nothing to say
+                if summary.rows_read.get("rounds", 0):
+                    passes.stats.unused_because = "the rounds break a row rule, so they were copied"
                 passes = None
             if progress:
                 progress("creating views")

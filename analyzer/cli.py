@@ -216,7 +216,8 @@ def _say_cache(ws, show: Progress) -> None:
     """What the cache did, as a progress line; a folder it could not use, on stderr always."""
     if ws.cache is None:
         return
-    show(ws.cache.line())
+    if ws.cache.units or ws.cache.unused_because:   # no rounds, nothing cached: no line
+        show(ws.cache.line())
     for problem in ([ws.cache.unused_because] if ws.cache.unused_because and not ws.cache.units else []) + \
             ws.cache.problems:
         click.echo(f"specan: cache: {problem}", err=True)
