@@ -712,6 +712,27 @@ def import_traces(source: str, files, out, deployments: list[str], **options):
 
 
 
+def import_all(groups: dict, out, deployments: list[str], **options):
+    """``specan import``: every group (source → files) read and checked, then written, all or nothing."""
+    from .ingest.importers import import_all as run
+
+    return run(groups, out, deployments, **options)
+
+
+def import_option_notes(groups: dict, options: dict) -> list[str]:
+    """``specan import auto``: which source option applied to which file, and which were not used."""
+    from .ingest.importers import option_notes
+
+    return option_notes(groups, options)
+
+
+def import_layouts(source: str) -> list[str]:
+    """``specan import SOURCE --list-layouts``: the layouts a source reads, one a line."""
+    from .ingest.importers import list_layouts
+
+    return list_layouts(source)
+
+
 def pick_import_sources(files) -> dict:
     """``specan import auto``: the source each file's content fits, files grouped by source."""
     from .ingest.importers import pick_sources

@@ -745,10 +745,19 @@ class _NamedChoice(click.Choice):
 @click.option("--sglang-version", "sglang_version", default=None, metavar="X.Y.Z",
               help="sglang-log only: the SGLang release that wrote the log, e.g. 0.5.11. Keeps its 'accept rate', "
                    "whose meaning changed in 0.5.11 (dropped without it).")
+@click.option("--partition", type=click.Choice(["date", "none"]), default=None,
+              help="date: write date=YYYY-MM-DD partitions (each row by its own time, UTC), one per day as nightly "
+                   "reads them; none: flat files (refused in a date-partitioned directory). Default: as OUT already is "
+                   "(its files, or empty date= folders), else flat.")
+@click.option("--list-layouts", "list_layouts", is_flag=True,
+              help="Print the layouts SOURCE reads (every source's for auto), one a line; no FILE needed.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a progress bar of the bytes read on stderr (default: when stderr is a terminal).")
 def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | None, remove: str | None,
                   deployment: tuple[str, ...], out: Path | None, model: str | None, method: str | None,
                   num_speculative_tokens: int | None, year: int | None, time: str | None,
-                  sglang_version: str | None, start: str | None) -> None:
+                  sglang_version: str | None, start: str | None, partition: str | None, list_layouts: bool,
+                  progress: bool | None) -> None:
     """Convert engine output (FILE...) from SOURCE into trace tables under OUT.
 
     \b
@@ -783,6 +792,11 @@ def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | No
         specan import --remove 3f9a1c --out traces/
     """
     files = file
+    if list_layouts:
+        if source is None:
+            raise click.UsageError("--list-layouts needs SOURCE (or auto)")
+        click.echo("\n".join(api.import_layouts(source)))
+        return
     if list_of is not None:
         click.echo(api.render_imports(api.list_imports(list_of)), nl=False)
         return
@@ -797,11 +811,23 @@ def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | No
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or use --list TRACES / --remove ID --out TRACES)")
     groups = api.pick_import_sources(files) if source == "auto" else {source: list(files)}
-    for picked, group in groups.items():
-        if source == "auto":
+    options = dict(year=year, sglang_version=sglang_version, time=time, start=start)
+    if source == "auto":
+        for picked, group in groups.items():
             for path in group:
                 click.echo(f"{path}: {picked}", err=True)
-        summary = api.import_traces(picked, group, out, list(deployment), model=model, method=method,
-                                    num_speculative_tokens=num_speculative_tokens, year=year,
-                                    sglang_version=sglang_version, time=time, start=start)
+        for note in api.import_option_notes(groups, options):
+            click.echo(f"note: {note}", err=True)
+    show = sys.stderr.isatty() if progress is None else progress
+    total = sum(p.stat().st_size for p in files)
+    with contextlib.ExitStack() as stack:
+        read_bytes = None
+        if show:
+            bar = stack.enter_context(click.progressbar(length=total, label="reading", file=sys.stderr,
+                                                        show_pos=True))
+            read_bytes = lambda n: bar.update(min(n, max(total - bar.pos, 0)))  # noqa: E731
+        summaries = api.import_all(groups, out, list(deployment), auto=source == "auto", partition=partition,
+                                   read_bytes=read_bytes, model=model, method=method,
+                                   num_speculative_tokens=num_speculative_tokens, **options)
+    for summary in summaries:
         click.echo("\n".join(summary.lines()))

@@ -88,6 +88,7 @@ INTERVAL_SOURCE = "vllm_log"
 OTHER_LINE = "not a speculative-decoding metrics line"
 NOT_PARSED = "metrics line that does not parse"
 NO_TIME = "metrics line without a date and time"
+DAY_US = 86_400_000_000   # a first date less than a day ahead is a time zone, not last year
 NO_TIME_HINT = "no date and time in the line (pass --start TIME to anchor lines without one)"
 # vLLM's default logging intervals, µs: V0 `_LOCAL_LOGGING_INTERVAL_SEC`, V1 `VLLM_LOG_STATS_INTERVAL`
 TICK_V0_US = 5_000_000
@@ -278,6 +279,10 @@ class _Series:
     tick_end: int | None = None          # the previous printed tick (load or spec line)
     tick_busy: bool = False              # ... and whether vLLM surely printed the tick after it
     untimed_ticks: int = 0               # ticks anchored at --start so far (lines without a time)
+    guess_now: int | None = None         # without --year: the import's time (a first date after it: last year)
+    back: bool = False                   # ... the series was read as the previous year
+    rollovers: int = 0                   # December → January seen
+    years: set = field(default_factory=set)   # the years its MM-DD dates were read in
     load_tick: int | None = None         # … the one the pending load line was given
 
     def anchored(self, start_us: int, tick_us: int, opens_tick: bool) -> int:
@@ -324,12 +329,19 @@ def _stamp(line: str, before: int, series: _Series, default_year: int) -> tuple[
         month = int(m[1])
         if series.previous_month == 12 and month == 1:
             series.year += 1
+            series.rollovers += 1
         try:
             when = dt.datetime(series.year or default_year, month, int(m[2]), int(m[3]), int(m[4]), int(m[5]),
                                int((m[6] or "0").ljust(6, "0")), tzinfo=dt.timezone.utc)
+            if series.previous_month is None and series.guess_now is not None \
+                    and datetime_us(when) > series.guess_now + DAY_US:
+                # no --year, and this year would put the series' first date after the import: last year
+                series.year, series.back = when.year - 1, True
+                when = when.replace(year=series.year)
         except ValueError:
             return None, BAD_DATE
         series.previous_month = month
+        series.years.add(when.year)
         return datetime_us(when), None
     iso = _ISO.match(line)
     if iso is not None:
@@ -351,7 +363,9 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     or, in a log without any, its load lines (a baseline deployment). ``start`` (ISO-8601) anchors
     the lines that carry no time."""
     overrides = overrides or Overrides()
-    year = year if year is not None else dt.datetime.now(dt.timezone.utc).year
+    now = dt.datetime.now(dt.timezone.utc)
+    guess_now = datetime_us(now) if year is None else None
+    year = year if year is not None else now.year
     start_us = parse_start(start)
     writer = TraceWriter(Path(out), SOURCE, files,
                          options=f"deployment={deployment_id} year={year} start={start} {overrides}")
@@ -362,7 +376,8 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     cols: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}
     alone: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}   # load lines without a spec line
     counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0,
-              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0, "from_start": 0, "anchored": 0}
+              "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0, "from_start": 0, "anchored": 0,
+              "back": 0, "years": set(), "year_given": guess_now is None, "start": start}
     disagreeing: dict[str, list[str]] = {}   # printed ratio the counts contradict → places
     layouts: dict[str, int] = {}
     load_layouts: dict[str, int] = {}
@@ -410,7 +425,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                         engine = _ENGINE.search(line)
                         name = (process + (f" Engine {engine.group(1)}" if engine else "")).strip()
                         engine_of[process] = name
-                        series = series_of.setdefault(name, _Series(year=year))
+                        series = series_of.setdefault(name, _Series(year=year, guess_now=guess_now))
                         load_alone(series, name)
                         start = _LOAD_START.search(line)
                         end_us, problem = _stamp(line, start.start() if start else len(line), series, year)
@@ -429,7 +444,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                     continue
                 counts["spec_lines"] += 1
                 name = engine_of.get(process, process)
-                series = series_of.setdefault(name, _Series(year=year))
+                series = series_of.setdefault(name, _Series(year=year, guess_now=guess_now))
                 end_us, problem = _stamp(line, marker.start(), series, year)
                 numbers = parse_metrics(line[marker.start():])
                 if problem == NO_TIME and start_us is not None:
@@ -486,7 +501,9 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 series.close_tick(end_us, _busy(load) or numbers["drafted"] > 0)
         for name, series in series_of.items():
             load_alone(series, name)
-        counts["rollovers"] += sum(1 for s in series_of.values() if s.year > year)
+        counts["rollovers"] += sum(s.rollovers for s in series_of.values())
+        counts["back"] += sum(1 for s in series_of.values() if s.back)
+        counts["years"] |= {y for s in series_of.values() for y in s.years}
 
     baseline = not counts["spec_lines"]
     if baseline:
@@ -497,8 +514,8 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         where[LOAD_ALONE] = alone_places[:3]
     if not cols["end_time"]:
         raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: "
-                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'])}; "
-                               f"known layouts: {'; '.join(LAYOUTS)}")
+                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'])} "
+                               "(layouts: `specan import vllm-log --list-layouts`)")
     _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
     for name_of_field, places in sorted(disagreeing.items()):
         summary.note(f"{len(places)} metrics line{'s' if len(places) != 1 else ''} whose printed {name_of_field} "
@@ -596,12 +613,18 @@ def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, 
              "that printed zero prompt and generation throughput (vLLM prints no line for an idle tick after "
              "an idle one, so the window of the throughput is unknown)")
     if counts["anchored"]:
-        note(f"{plural(counts['anchored'], 'line')} without a date and time anchored at --start: each series' "
+        note(f"{plural(counts['anchored'], 'line')} without a date and time anchored at --start {counts['start']}: "
+             "each series' "
              "first tick at --start, each later tick one logging interval on (vLLM's defaults: 5 s for V0, "
              "10 s for V1); these times are assumed, not read")
-    note(f"log times have no year and no time zone: read as UTC in {year}"
-         + (f" ({plural(counts['rollovers'], 'year rollover')} from December to January)"
-            if counts["rollovers"] else ""))
+    if counts["years"]:       # some line had vLLM's MM-DD date (no year, no zone)
+        years = ", ".join(str(y) for y in sorted(counts["years"]))
+        why = ("--year" if counts["year_given"] else
+               f"no --year: the current year, or the previous one for {counts['back']} series whose "
+               f"first date would lie after the import" if counts["back"] else "no --year: the current year")
+        note(f"log times have no year and no time zone: read as UTC in {years} ({why})"
+             + (f"; {plural(counts['rollovers'], 'year rollover')} from December to January"
+                if counts["rollovers"] else ""))
     if counts["fixed_k"]:
         note(f"num_drafts = Drafted / k on {plural(counts['fixed_k'], 'interval')} (k = the number of "
              "per-position rates), where that agrees with the printed mean acceptance length: every step "
