@@ -64,6 +64,10 @@ def test_partition_date_then_nightly_for_two_dates_grows_the_history(tmp_path):
         frame = pl.read_parquet(nightly / "history.parquet").sort("date", "deployment_id")
         return frame.select("date", "deployment_id", "method", "baseline_id").rows()
 
+    # the README's walk-through ("From engine output"): report on the imported folder
+    res = run("report", traces, "--no-cache")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("# specan report\n\nInput rows: 3 deployments, 0 requests, 0 steps, 0 rounds")
     # exit 1: mtp's speedup can't be decided from two log lines (its verdict is 'unknown', a blocking gate)
     res = run("nightly", traces, "--date", "2026-05-19", "--out", nightly, "--no-cache")
     assert res.exit_code == 1, res.output
