@@ -213,7 +213,7 @@ def open_input(path: Path, binary: bool = False):
     try:
         if report is None:
             return open(path, "rb") if binary else open(path, encoding="utf-8", errors="replace")
-        buffered = io.BufferedReader(_Counting(open(path, "rb", buffering=0), report))
+        buffered = io.BufferedReader(_Counting(open(path, "rb", buffering=0), report), buffer_size=1 << 20)
         return buffered if binary else io.TextIOWrapper(buffered, encoding="utf-8", errors="replace")
     except OSError as exc:
         raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
