@@ -324,3 +324,17 @@ def test_no_cache_line_on_a_report_without_rounds(tmp_path):
         res = run("report", traces, "--cache-dir", tmp_path / "cache", *flags)
         assert res.exit_code == 0, res.output
         assert "cache" not in res.stderr, res.stderr
+
+
+def test_groups_of_one_auto_import_that_disagree_on_a_deployment_write_nothing(tmp_path):
+    out = tmp_path / "traces"
+    # mtp_newest_1025.log prints two per-position rates (k = 2); mean.log's llama.cpp lines three (k = 3):
+    # the vLLM group is written first, the llama.cpp group's deployments row then conflicts, and the
+    # vLLM group's files are taken back (the folder did not exist before)
+    res = run("import", "auto", VLLM / "mtp_newest_1025.log", LLAMA / "mean.log", "--deployment", "d",
+              "--year", "2026", "--out", out)
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[-1].endswith(
+        "deployment 'd' is imported with num_speculative_tokens = 2 from another file of this import, this one "
+        "gives 3; pass --num-speculative-tokens to match, or import them under different deployments")
+    assert not out.exists()

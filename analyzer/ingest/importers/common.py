@@ -582,6 +582,7 @@ class TraceWriter:
         self.deployment_rows: list[DeploymentRow] = []
         self.fill_in: dict[Path, dict[str, dict]] = {}   # file → deployment id → {column: known value}
         self._existing_dates: dict[str, set] = {}  # deployment id → date partitions holding it (None: flat)
+        self._asked: list[DeploymentRow] = []       # the rows as the importer gave them (their weak values)
         self.partition = RUN.get().partition        # None: follow the directory; "date"; "none"
         self.now_us = datetime_us(dt.datetime.now(dt.timezone.utc))
         # rows without a time of their own, in a date-partitioned table, go to the import's own date
@@ -703,6 +704,7 @@ class TraceWriter:
                         f"match, or import under another --deployment")
         merged = DeploymentRow(**mine)
         self.deployment_rows.append(merged)
+        self._asked.append(row)
         self._existing_dates[row.deployment_id] = {o["_date"] for o in existing}
         summary.deployments[row.deployment_id] = ("already present, identical" if existing else "new deployments row")
         return merged
@@ -710,12 +712,24 @@ class TraceWriter:
     def refresh_deployments(self, summary: ImportSummary) -> None:
         """Before a deferred commit: the deployments rows that imports committed since this one was
         read wrote (one ``import auto`` of several sources into one deployment)."""
-        for row in self.deployment_rows:
+        for asked, row in zip(self._asked, self.deployment_rows):
             existing = self.existing_deployments(row.deployment_id)
             dates = {o["_date"] for o in existing}
-            if existing and dates != self._existing_dates.get(row.deployment_id):
-                self._existing_dates[row.deployment_id] = dates
-                summary.deployments[row.deployment_id] = "already present, identical"
+            if not existing or dates == self._existing_dates.get(row.deployment_id):
+                continue
+            mine = row.as_dict()
+            for other in existing:
+                for col in DEPLOYMENT_REQUIRED[1:]:
+                    if other.get(col) == mine[col] or col in asked.weak:
+                        continue
+                    if not _unknown(other, col):
+                        raise ImportConflict(
+                            f"{other['_file']}: deployment {row.deployment_id!r} is imported with {col} = "
+                            f"{other.get(col)!r} from another file of this import, this one gives {mine[col]!r}; "
+                            f"pass --{col.replace('_', '-')} to match, or import them under different deployments")
+                    self.fill_in.setdefault(other["_file"], {}).setdefault(row.deployment_id, {})[col] = mine[col]
+            self._existing_dates[row.deployment_id] = dates
+            summary.deployments[row.deployment_id] = "already present, identical"
 
     def replaceable(self) -> list[Path]:
         """The existing files a commit may replace: this input's earlier import, the deployments files
