@@ -733,7 +733,8 @@ class _NamedChoice(click.Choice):
 @click.option("--num-speculative-tokens", "num_speculative_tokens", default=None, type=click.IntRange(min=0),
               help="deployments.num_speculative_tokens (default: from the source, else 0).")
 @click.option("--year", default=None, type=click.IntRange(1970, 9999),
-              help="vllm-log only: the year of the log's MM-DD dates (default: the current year).")
+              help="vllm-log only: the year of the log's MM-DD dates (default: the current year, or the previous one "
+                   "where the current would put a series' first date after the import).")
 @click.option("--time", "time", default=None, metavar="T",
               help="prometheus: the time of a /metrics scrape that has no sample timestamps and no "
                    "ISO-8601 time in its file name; vllm-bench, sglang-bench: the end of a run whose summary has "
@@ -773,20 +774,24 @@ def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | No
                         summaries, responses or timings objects → intervals, rounds, requests
       vllm-bench        `vllm bench serve` summaries (text or --save-result JSON) → intervals (benchmark)
       sglang-bench      SGLang bench_serving summaries (text or --output-file JSONL) → intervals (benchmark)
-      auto              each FILE's source picked by its content (named on stderr)
+      auto              each FILE's source picked by its content (named on stderr); --year, --start,
+                        --time and --sglang-version go to the files whose source takes them (noted)
 
     A file whose content is another source's is refused (exit 2), naming the
     source it is.
 
     Prints rows written per table, records skipped per reason, and notes on
     what had to be assumed (also written to OUT/import_notes/). Input that is
-    not what SOURCE promises exits 2, naming the file and line.
+    not what SOURCE promises exits 2, naming the file and line. Several files
+    import all or nothing: when one is refused, OUT is left as it was.
 
     \b
     Examples:
         specan import vllm-responses responses.jsonl --deployment eagle3-a --method eagle3 --out traces/
         specan import vllm-log vllm.log --deployment eagle3-a --year 2026 --out traces/
-        specan import vllm-log plain.log --deployment base-a --year 2026 --out traces/
+        specan import vllm-log plain.log --deployment base-a --year 2026 --partition date --out traces/
+        specan import auto vllm.log server.log --deployment eagle3-a --year 2026 --out traces/
+        specan import llamacpp-log --list-layouts
         specan import prometheus range.json --deployment model_name=llama:eagle-a --out traces/
         specan import --list traces/
         specan import --remove 3f9a1c --out traces/
