@@ -338,3 +338,21 @@ def test_groups_of_one_auto_import_that_disagree_on_a_deployment_write_nothing(t
         "deployment 'd' is imported with num_speculative_tokens = 2 from another file of this import, this one "
         "gives 3; pass --num-speculative-tokens to match, or import them under different deployments")
     assert not out.exists()
+
+
+def test_start_anchors_the_docs_example_block(tmp_path):
+    from analyzer.ingest.importers import llamacpp_log
+
+    # the print_timing block the importer's docstring shows (layout 1, no time on any line)
+    doc = llamacpp_log.__doc__
+    block = doc[doc.index("::\n\n") + 4:doc.index("\n\n1. ")]
+    log = tmp_path / "doc.log"
+    log.write_text("\n".join(line[4:] for line in block.splitlines()) + "\n")
+    assert log.read_text().startswith("slot print_timing: id  0 | task 854 |\nprompt eval time =")
+    out = tmp_path / "traces"
+    res = run("import", "llamacpp-log", log, "--deployment", "l", "--start", "2026-05-20T08:00:00", "--out", out)
+    assert res.exit_code == 0, res.output
+    # 149 accepted of 213 generated; from --start for its total time, 35932.18 ms
+    assert [(r["start_time"], r["end_time"], r["num_draft_tokens"], r["num_accepted_tokens"])
+            for r in rows(out, "intervals")] == [(t("2026-05-20T08:00:00"), t("2026-05-20T08:00:35.932180"),
+                                                  213, 149)]
