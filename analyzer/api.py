@@ -318,7 +318,9 @@ def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, p
         slices = resolve_columns(con, by) if by else ()
         if views:
             if passes is not None and summary.pending is None:
-                passes.stats.unused_because = "the rounds break a row rule, so they were copied"
+                # no rounds at all (an intervals-only trace): nothing was copied, nothing to say
+                if summary.rows_read.get("rounds", 0):
+                    passes.stats.unused_because = "the rounds break a row rule, so they were copied"
                 passes = None
             if progress:
                 progress("creating views")
@@ -708,6 +710,27 @@ def import_traces(source: str, files, out, deployments: list[str], **options):
 
     return run_import(source, files, out, deployments, **options)
 
+
+
+def import_all(groups: dict, out, deployments: list[str], **options):
+    """``specan import``: every group (source → files) read and checked, then written, all or nothing."""
+    from .ingest.importers import import_all as run
+
+    return run(groups, out, deployments, **options)
+
+
+def import_option_notes(groups: dict, options: dict) -> list[str]:
+    """``specan import auto``: which source option applied to which file, and which were not used."""
+    from .ingest.importers import option_notes
+
+    return option_notes(groups, options)
+
+
+def import_layouts(source: str) -> list[str]:
+    """``specan import SOURCE --list-layouts``: the layouts a source reads, one a line."""
+    from .ingest.importers import list_layouts
+
+    return list_layouts(source)
 
 
 def pick_import_sources(files) -> dict:

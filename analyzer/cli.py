@@ -216,7 +216,8 @@ def _say_cache(ws, show: Progress) -> None:
     """What the cache did, as a progress line; a folder it could not use, on stderr always."""
     if ws.cache is None:
         return
-    show(ws.cache.line())
+    if ws.cache.units or ws.cache.unused_because:   # no rounds, nothing cached: no line
+        show(ws.cache.line())
     for problem in ([ws.cache.unused_because] if ws.cache.unused_because and not ws.cache.units else []) + \
             ws.cache.problems:
         click.echo(f"specan: cache: {problem}", err=True)
@@ -732,7 +733,8 @@ class _NamedChoice(click.Choice):
 @click.option("--num-speculative-tokens", "num_speculative_tokens", default=None, type=click.IntRange(min=0),
               help="deployments.num_speculative_tokens (default: from the source, else 0).")
 @click.option("--year", default=None, type=click.IntRange(1970, 9999),
-              help="vllm-log only: the year of the log's MM-DD dates (default: the current year).")
+              help="vllm-log only: the year of the log's MM-DD dates (default: the current year, or the previous one "
+                   "where the current would put a series' first date after the import).")
 @click.option("--time", "time", default=None, metavar="T",
               help="prometheus: the time of a /metrics scrape that has no sample timestamps and no "
                    "ISO-8601 time in its file name; vllm-bench, sglang-bench: the end of a run whose summary has "
@@ -744,10 +746,19 @@ class _NamedChoice(click.Choice):
 @click.option("--sglang-version", "sglang_version", default=None, metavar="X.Y.Z",
               help="sglang-log only: the SGLang release that wrote the log, e.g. 0.5.11. Keeps its 'accept rate', "
                    "whose meaning changed in 0.5.11 (dropped without it).")
+@click.option("--partition", type=click.Choice(["date", "none"]), default=None,
+              help="date: write date=YYYY-MM-DD partitions (each row by its own time, UTC), one per day as nightly "
+                   "reads them; none: flat files (refused in a date-partitioned directory). Default: as OUT already is "
+                   "(its files, or empty date= folders), else flat.")
+@click.option("--list-layouts", "list_layouts", is_flag=True,
+              help="Print the layouts SOURCE reads (every source's for auto), one a line; no FILE needed.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a progress bar of the bytes read on stderr (default: when stderr is a terminal).")
 def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | None, remove: str | None,
                   deployment: tuple[str, ...], out: Path | None, model: str | None, method: str | None,
                   num_speculative_tokens: int | None, year: int | None, time: str | None,
-                  sglang_version: str | None, start: str | None) -> None:
+                  sglang_version: str | None, start: str | None, partition: str | None, list_layouts: bool,
+                  progress: bool | None) -> None:
     """Convert engine output (FILE...) from SOURCE into trace tables under OUT.
 
     \b
@@ -766,25 +777,34 @@ def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | No
                         summaries, responses or timings objects → intervals, rounds, requests
       vllm-bench        `vllm bench serve` summaries (text or --save-result JSON) → intervals (benchmark)
       sglang-bench      SGLang bench_serving summaries (text or --output-file JSONL) → intervals (benchmark)
-      auto              each FILE's source picked by its content (named on stderr)
+      auto              each FILE's source picked by its content (named on stderr); --year, --start,
+                        --time and --sglang-version go to the files whose source takes them (noted)
 
     A file whose content is another source's is refused (exit 2), naming the
     source it is.
 
     Prints rows written per table, records skipped per reason, and notes on
     what had to be assumed (also written to OUT/import_notes/). Input that is
-    not what SOURCE promises exits 2, naming the file and line.
+    not what SOURCE promises exits 2, naming the file and line. Several files
+    import all or nothing: when one is refused, OUT is left as it was.
 
     \b
     Examples:
         specan import vllm-responses responses.jsonl --deployment eagle3-a --method eagle3 --out traces/
         specan import vllm-log vllm.log --deployment eagle3-a --year 2026 --out traces/
-        specan import vllm-log plain.log --deployment base-a --year 2026 --out traces/
+        specan import vllm-log plain.log --deployment base-a --year 2026 --partition date --out traces/
+        specan import auto vllm.log server.log --deployment eagle3-a --year 2026 --out traces/
+        specan import llamacpp-log --list-layouts
         specan import prometheus range.json --deployment model_name=llama:eagle-a --out traces/
         specan import --list traces/
         specan import --remove 3f9a1c --out traces/
     """
     files = file
+    if list_layouts:
+        if source is None:
+            raise click.UsageError("--list-layouts needs SOURCE (or auto)")
+        click.echo("\n".join(api.import_layouts(source)))
+        return
     if list_of is not None:
         click.echo(api.render_imports(api.list_imports(list_of)), nl=False)
         return
@@ -799,11 +819,23 @@ def import_traces(source: str | None, file: tuple[Path, ...], list_of: Path | No
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or use --list TRACES / --remove ID --out TRACES)")
     groups = api.pick_import_sources(files) if source == "auto" else {source: list(files)}
-    for picked, group in groups.items():
-        if source == "auto":
+    options = dict(year=year, sglang_version=sglang_version, time=time, start=start)
+    if source == "auto":
+        for picked, group in groups.items():
             for path in group:
                 click.echo(f"{path}: {picked}", err=True)
-        summary = api.import_traces(picked, group, out, list(deployment), model=model, method=method,
-                                    num_speculative_tokens=num_speculative_tokens, year=year,
-                                    sglang_version=sglang_version, time=time, start=start)
+        for note in api.import_option_notes(groups, options):
+            click.echo(f"note: {note}", err=True)
+    show = sys.stderr.isatty() if progress is None else progress
+    total = sum(p.stat().st_size for p in files)
+    with contextlib.ExitStack() as stack:
+        read_bytes = None
+        if show:
+            bar = stack.enter_context(click.progressbar(length=total, label="reading", file=sys.stderr,
+                                                        show_pos=True))
+            read_bytes = lambda n: bar.update(min(n, max(total - bar.pos, 0)))  # noqa: E731
+        summaries = api.import_all(groups, out, list(deployment), auto=source == "auto", partition=partition,
+                                   read_bytes=read_bytes, model=model, method=method,
+                                   num_speculative_tokens=num_speculative_tokens, **options)
+    for summary in summaries:
         click.echo("\n".join(summary.lines()))

@@ -127,7 +127,10 @@ def test_auto_names_the_source_on_stderr(tmp_path):
     res = CliRunner().invoke(main, ["import", "auto", str(FIXTURES / "vllm.log"),
                                                     "--deployment", "x", "--year", "2025", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert res.stderr.strip().endswith("vllm.log: vllm-log")
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].endswith("vllm.log: vllm-log")
+    # auto applies --year where it fits and says so
+    assert lines[1] == f"note: --year 2025 applied to {FIXTURES / 'vllm.log'} (vllm-log)"
     assert "specan import vllm-log" in res.stdout
 
 

@@ -378,7 +378,10 @@ def test_log_without_any_time_imports_nothing(tmp_path):
     assert message.startswith(f"{FIXTURES / 'noclock.log'}: nothing to import: the first line that looks like "
                               f"llama.cpp timing output but did not import is {FIXTURES / 'noclock.log'}:5 "
                               f"({NO_CLOCK})")
-    assert "docker logs -t" in message and "known layouts: `draft acceptance rate = R" in message
+    # one short line: the hint, and where the layouts are listed (no longer the list itself)
+    assert "pass --start TIME" in message and "docker logs -t" in message and "known layouts" not in message
+    assert message.endswith("(layouts: `specan import llamacpp-log --list-layouts`)")
+    assert len(message.replace(str(FIXTURES), "")) < 400 and "\n" not in message
     assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").rglob("*.parquet"))
 
 
@@ -621,7 +624,7 @@ def test_every_file_must_import_something(tmp_path):
     other = tmp_path / "other.log"
     other.write_text("main: server is listening on http://127.0.0.1:8080\nsrv  update_slots: all slots are idle\n")
     with pytest.raises(ImportInputError, match=rf"^{other}: nothing to import: no line looks like llama\.cpp timing "
-                                               r"output .*; known layouts: "):
+                                               r"output .*--list-layouts"):
         imported(tmp_path, "rate.log", other)
     assert not (tmp_path / "traces").exists()      # the good file's rows are not written either
 
@@ -665,7 +668,8 @@ def test_cli_nothing_imports_is_one_line_exit_2(tmp_path):
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
-    assert "noclock.log:5" in result.stderr and "known layouts" in result.stderr
+    assert "noclock.log:5" in result.stderr and "--list-layouts" in result.stderr
+    assert "known layouts" not in result.stderr and len(result.stderr.replace(str(FIXTURES), "")) < 400
     assert not out.exists() or not any(out.rglob("*.parquet"))
 
 

@@ -133,7 +133,7 @@ def test_a_file_with_neither_kind_of_line_exits_2(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.startswith(
         f"Error: {log}: nothing to import: no line looks like vLLM's speculative-decoding metrics or its load "
-        "line (`Avg generation throughput: … Running: N reqs`); known layouts: ")
+        "line (`Avg generation throughput: … Running: N reqs`) (layouts: `specan import vllm-log --list-layouts`)\n")
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
 
 

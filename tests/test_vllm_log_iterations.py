@@ -119,7 +119,9 @@ def test_lines_without_a_time_need_start(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "nothing to import" in result.output and "--start" in result.output
     assert "3 iteration lines and none kept" in result.output and "bare.log:1" in result.output
-    assert "iteration lines: `Iteration(N): … iteration elapsed time: X ms`" in result.output
+    # one line: the layouts are behind --list-layouts
+    assert result.output.rstrip().endswith("(layouts: `specan import vllm-log --list-layouts`)")
+    assert len(result.output.strip().splitlines()) == 1
     # with --start: back to back from it, each ending its elapsed time after the one before:
     # ends 10.99, 21.94, 32.73 ms after 12:00:00; starts 0, 10.99, 21.94 ms
     steps, notes, _ = imported(tmp_path, path, extra=("--start", "2026-01-05T12:00:00"))

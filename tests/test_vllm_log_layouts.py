@@ -174,7 +174,8 @@ def test_april_2025_layout_parses_and_a_line_without_time_is_exit_2(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {LOGS / 'v1_2025-04.log'}: nothing to import: the first metrics "
                                     f"line that did not import is {LOGS / 'v1_2025-04.log'}:1: no date and time in "
-                                    "the line (pass --start TIME to anchor lines without one); known layouts: ")
+                                    "the line (pass --start TIME to anchor lines without one) "
+                                    "(layouts: `specan import vllm-log --list-layouts`)\n")
     assert not out.exists()                 # nothing half-written
     # … and with --start it is one interval ending then: 66 accepted of 66 drafted, no mean so no step count
     result = CliRunner().invoke(main, ["import", "vllm-log", str(LOGS / "v1_2025-04.log"), "--deployment", "d",

@@ -17,32 +17,64 @@ the import. Both are ``ImportInputError``, which the CLI turns into exit 2.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .aiperf import import_aiperf_records
-from .common import ImportConflict, ImportInputError, ImportSummary, MalformedInput, Overrides
-from .llamacpp_log import import_llamacpp_log
+from .common import RUN, ImportConflict, ImportInputError, ImportRun, ImportSummary, MalformedInput, Overrides, commit_all
+from .llamacpp_log import LAYOUTS as LLAMACPP_LAYOUTS, import_llamacpp_log
 from .prometheus import DeploymentMap, import_prometheus
 from .sglang_bench import import_sglang_bench
-from .sglang_log import import_sglang_log
+from .sglang_log import LAYOUTS as SGLANG_LAYOUTS, import_sglang_log
 from .sglang_responses import import_sglang_responses
 from .sniff import pick, refusal, resemblance
 from .trtllm_iter import import_trtllm_iter
 from .trtllm_responses import import_trtllm_responses
 from .vllm_bench import import_vllm_bench
-from .vllm_log import import_vllm_log
+from .vllm_iterations import LAYOUTS as VLLM_ITERATION_LAYOUTS
+from .vllm_log import LAYOUTS as VLLM_LAYOUTS, import_vllm_log
 from .vllm_responses import import_vllm_responses
 
 SOURCES = ("vllm-responses", "vllm-log", "prometheus", "sglang-responses", "sglang-log", "aiperf-records",
            "trtllm-responses", "trtllm-iter", "llamacpp-log", "vllm-bench", "sglang-bench")
 TIME_SOURCES = ("prometheus", "vllm-bench", "sglang-bench")
+# The options only some sources take: option → (its flag, the sources it applies to).
+SOURCE_OPTIONS = {"year": ("--year", ("vllm-log",)), "start": ("--start", ("llamacpp-log", "vllm-log")),
+                  "time": ("--time", TIME_SOURCES), "sglang_version": ("--sglang-version", ("sglang-log",))}
+
+# What each source reads, one layout a line (`specan import SOURCE --list-layouts`).
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "vllm-responses": ("vLLM OpenAI-compatible responses (whole, streamed SSE, or wrapped with sent_at) with "
+                       "`metrics.speculative_decoding`",),
+    "vllm-log": VLLM_LAYOUTS + ("load line `Avg prompt throughput …, Avg generation throughput …, Running: N reqs` "
+                                "(V0 `Pending:`, V1 `Engine 00N:`, `N Engines Aggregated:`): a baseline",
+                                *(f"iteration line {layout} → steps" for layout in VLLM_ITERATION_LAYOUTS)),
+    "prometheus": ("/metrics text scrape with `vllm:spec_decode_*`, `sglang:*`, `llamacpp:*` or `trtllm_*` counters",
+                   "Prometheus `query_range` / `query` JSON (`resultType`)"),
+    "sglang-responses": ("SGLang responses with spec `meta_info` (old or new field names)",
+                         "OpenAI-compatible responses with `sglext.spec_tokens_details`"),
+    "sglang-log": SGLANG_LAYOUTS + ("`Decode batch` lines without `accept len`: a baseline",),
+    "aiperf-records": ("AIPerf `profile_export.jsonl` records with per-request `spec_decode_acceptance`",),
+    "trtllm-responses": ("TensorRT-LLM responses with per-choice `speculative_decoding` (as AIPerf documents it)",),
+    "trtllm-iter": ("`print_iter_log` lines `iter = N, … elapsed_time = Xs, timestamp = …, num_scheduled_requests: "
+                    "N, states = {…}` → steps",
+                    "iteration statistics JSON (`enable_iter_perf_stats`, `get_stats()`, trtllm-serve `/metrics`): "
+                    "one object per iteration, arrays or JSONL, with `specDecodingStats` → steps with drafted and "
+                    "accepted counts"),
+    "llamacpp-log": LLAMACPP_LAYOUTS + ("`statistics <drafter>: #calls(b,g,a) = B G A, …` after a request's block "
+                                        "(differenced per request; a block with only these lines too)",
+                                        "per-round debug lines `slot update_slots: id S | task T | accepted A/D "
+                                        "draft tokens, new n_tokens = N` (and `operator()`, build 11434 on)"),
+    "vllm-bench": ("`vllm bench serve` summary with its `Speculative Decoding` block (text)",
+                   "`vllm bench serve --save-result` JSON"),
+    "sglang-bench": ("SGLang `bench_serving` summary with `Accept length` (text)", "`--output-file` JSONL"),
+}
 
 __all__ = ["SOURCES", "DeploymentMap", "ImportConflict", "ImportInputError", "ImportSummary", "MalformedInput",
            "Overrides", "import_aiperf_records", "import_llamacpp_log", "import_prometheus", "import_sglang_log",
            "import_sglang_bench", "import_sglang_responses", "import_trtllm_iter", "import_trtllm_responses",
-           "import_vllm_bench",
-           "import_vllm_log", "import_vllm_responses", "pick_sources", "run_import"]
+           "import_vllm_bench", "import_vllm_log", "import_vllm_responses", "import_all", "list_layouts",
+           "pick_sources", "run_import"]
 
 
 def run_import(source: str, files: Sequence[str | Path], out: str | Path, deployment: str | Sequence[str], *,
@@ -92,6 +124,51 @@ def run_import(source: str, files: Sequence[str | Path], out: str | Path, deploy
     if source == "sglang-bench":
         return import_sglang_bench(files, out, ids[0], overrides, time=time)
     return import_sglang_responses(files, out, ids[0], overrides)
+
+
+def list_layouts(source: str) -> list[str]:
+    """``specan import SOURCE --list-layouts``: the layouts a source reads, one a line (every source's for
+    ``auto``)."""
+    sources = SOURCES if source == "auto" else (source,)
+    return [f"{name}: {layout}" for name in sources for layout in LAYOUTS[name]]
+
+
+def option_notes(groups: dict[str, list[Path]], options: dict) -> list[str]:
+    """``import auto``: which of the source options given applied to which file, and which were not used."""
+    notes = []
+    for name, value in options.items():
+        if value is None or name not in SOURCE_OPTIONS:
+            continue
+        flag, takes = SOURCE_OPTIONS[name]
+        used = [f"{p} ({source})" for source, paths in groups.items() if source in takes for p in paths]
+        unused = [f"{p} ({source})" for source, paths in groups.items() if source not in takes for p in paths]
+        if used:
+            notes.append(f"{flag} {value} applied to {', '.join(used)}")
+        if unused:
+            notes.append(f"{flag} not used for {', '.join(unused)} (it applies to {', '.join(takes)} only)")
+    return notes
+
+
+def import_all(groups: dict[str, list[Path]], out: str | Path, deployment: str | Sequence[str], *,
+               auto: bool = False, partition: str | None = None, read_bytes: Callable[[int], None] | None = None,
+               **options) -> list[ImportSummary]:
+    """Import every group (source → files) into ``out``, all or nothing: every file of every group is
+    read and checked first, then all are written (and a failed write rolls back what was written).
+    With ``auto``, each source option is passed only to the sources that take it (``option_notes``)."""
+    if partition not in (None, "date", "none"):
+        raise ImportInputError(f"--partition: {partition!r} is not one of date, none")
+    deferred: list = []
+    token = RUN.set(ImportRun(partition=partition, deferred=deferred, read_bytes=read_bytes))
+    try:
+        summaries = []
+        for source, files in groups.items():
+            given = {name: value for name, value in options.items()
+                     if not (auto and name in SOURCE_OPTIONS and source not in SOURCE_OPTIONS[name][1])}
+            summaries.append(run_import(source, files, out, deployment, **given))
+    finally:
+        RUN.reset(token)
+    commit_all(deferred)
+    return summaries
 
 
 def pick_sources(files: Sequence[str | Path]) -> dict[str, list[Path]]:

@@ -10,15 +10,19 @@ replace anything.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import hashlib
+import io
 import json
 import math
 import os
 import re
+import shutil
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +59,24 @@ DEPLOYMENT_REQUIRED = ("deployment_id", "model", "method", "num_speculative_toke
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _US = dt.timedelta(microseconds=1)
+
+
+@dataclass
+class ImportRun:
+    """How one ``specan import`` runs, for every importer it calls (``run_import`` sets it).
+
+    ``partition``: None follows the trace directory, "date" writes date= partitions, "none" flat
+    files. ``deferred``: when a list, ``finish`` queues (writer, summary) there instead of
+    committing, so that every file of every group is read before anything is written
+    (``commit_all``). ``read_bytes``: called with the bytes each read from an input takes
+    (``--progress``)."""
+
+    partition: str | None = None
+    deferred: list | None = None
+    read_bytes: Callable[[int], None] | None = None
+
+
+RUN: contextvars.ContextVar[ImportRun] = contextvars.ContextVar("specan_import_run", default=ImportRun())
 
 
 # --------------------------------------------------------------------------- errors
@@ -187,10 +209,34 @@ def ms_us(ms: float) -> int:
 def open_input(path: Path, binary: bool = False):
     """An input file opened for reading (text: UTF-8, undecodable bytes replaced), or the
     one-line error that names it."""
+    report = RUN.get().read_bytes
     try:
-        return open(path, "rb") if binary else open(path, encoding="utf-8", errors="replace")
+        if report is None:
+            return open(path, "rb") if binary else open(path, encoding="utf-8", errors="replace")
+        buffered = io.BufferedReader(_Counting(open(path, "rb", buffering=0), report), buffer_size=1 << 20)
+        return buffered if binary else io.TextIOWrapper(buffered, encoding="utf-8", errors="replace")
     except OSError as exc:
         raise ImportInputError(f"{path}: can't read ({exc.strerror or exc})") from None
+
+
+class _Counting(io.RawIOBase):
+    """A raw file that reports the bytes each read takes (``--progress``)."""
+
+    def __init__(self, raw, report: Callable[[int], None]):
+        self.raw, self.report = raw, report
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.raw.readinto(buffer)
+        if n:
+            self.report(n)
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
 
 
 _SSE_DATA = re.compile(rb"^data:", re.MULTILINE)
@@ -493,6 +539,10 @@ def _partitions(path: Path, root: Path) -> dict[str, str]:
     return partition_values(path.relative_to(root).parts[:-1])
 
 
+def _utc_text(us: int) -> str:
+    return (EPOCH + dt.timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _utc_date(us: int) -> str:
     return (EPOCH + dt.timedelta(microseconds=us)).strftime("%Y-%m-%d")
 
@@ -532,6 +582,11 @@ class TraceWriter:
         self.deployment_rows: list[DeploymentRow] = []
         self.fill_in: dict[Path, dict[str, dict]] = {}   # file → deployment id → {column: known value}
         self._existing_dates: dict[str, set] = {}  # deployment id → date partitions holding it (None: flat)
+        self._asked: list[DeploymentRow] = []       # the rows as the importer gave them (their weak values)
+        self.partition = RUN.get().partition        # None: follow the directory; "date"; "none"
+        self.now_us = datetime_us(dt.datetime.now(dt.timezone.utc))
+        # rows without a time of their own, in a date-partitioned table, go to the import's own date
+        self.untimed_date = _utc_date(self.now_us)
 
     def _files(self, table: str) -> list[Path]:
         """A table's files, without those of the import this one replaces."""
@@ -549,18 +604,22 @@ class TraceWriter:
             self.partition_keys(table)
 
     def _keys_of(self, table: str) -> set[str] | None:
-        """Partition keys of a table's existing files; None when it has none."""
+        """Partition keys of a table's existing files (or, with none, of the ``key=value`` folders a
+        user made for it); None when it has neither."""
         folder = self.out / table
         files = _table_files(self.out, table) if folder.is_dir() else []
         if not files:
-            return None
+            made = {d.name.split("=", 1)[0] for d in folder.iterdir() if d.is_dir() and "=" in d.name} \
+                if folder.is_dir() else set()
+            return made or None
         keys: set[str] = set()
         for path in files:
             keys |= set(_partitions(path, folder))
         return keys
 
     def partition_keys(self, table: str) -> tuple[str, ...]:
-        """() for flat files, ("date",) for date= partitions; anything else is a conflict."""
+        """() for flat files, ("date",) for date= partitions; anything else is a conflict.
+        ``--partition date`` / ``none`` choose, and are refused where the directory is the other way."""
         keys = self._keys_of(table)
         if keys is None:  # a new table follows the directory
             keys = set()
@@ -570,7 +629,32 @@ class TraceWriter:
             raise ImportConflict(
                 f"{self.out / table}: partitioned by {', '.join(sorted(keys))}; an import can only derive date= "
                 f"partitions. Import into an empty directory and move its files into place")
+        if self.partition == "none" and keys:
+            raise ImportConflict(f"{self.out / table}: already partitioned by date=; --partition none would mix "
+                                 f"flat files in (leave --partition out: new files follow the directory)")
+        if self.partition == "date":
+            flat = [t for t in LAYOUT_TABLES if self._keys_of(t) == set()]
+            if flat:
+                raise ImportConflict(f"{self.out / flat[0]}: has flat files; --partition date would mix date= "
+                                     f"partitions in (leave --partition out: new files follow the directory)")
+            return ("date",)
         return tuple(sorted(keys))
+
+    def time_notes(self, summary: ImportSummary) -> None:
+        """Say where rows without a time went, and which rows are dated after the import."""
+        for table, p in self.pending.items():
+            if p.times is None:
+                continue
+            untimed = sum(1 for t in p.times if t is None)
+            if untimed and self.partition_keys(table):
+                summary.note(f"{untimed} {table} row{'s' if untimed != 1 else ''} without a time of "
+                             f"{'their' if untimed != 1 else 'its'} own written to date={self.untimed_date} "
+                             "(the import's date, UTC)")
+            future = [t for t in p.times if t is not None and t > self.now_us]
+            if future:
+                summary.note(f"{len(future)} {table} row{'s' if len(future) != 1 else ''} dated after the import "
+                             f"(the latest {_utc_text(max(future))}, imported {_utc_text(self.now_us)}): "
+                             "check the input's clock or year")
 
     # -- deployments
 
@@ -620,9 +704,37 @@ class TraceWriter:
                         f"match, or import under another --deployment")
         merged = DeploymentRow(**mine)
         self.deployment_rows.append(merged)
+        self._asked.append(row)
         self._existing_dates[row.deployment_id] = {o["_date"] for o in existing}
         summary.deployments[row.deployment_id] = ("already present, identical" if existing else "new deployments row")
         return merged
+
+    def refresh_deployments(self, summary: ImportSummary) -> None:
+        """Before a deferred commit: the deployments rows that imports committed since this one was
+        read wrote (one ``import auto`` of several sources into one deployment)."""
+        for asked, row in zip(self._asked, self.deployment_rows):
+            existing = self.existing_deployments(row.deployment_id)
+            dates = {o["_date"] for o in existing}
+            if not existing or dates == self._existing_dates.get(row.deployment_id):
+                continue
+            mine = row.as_dict()
+            for other in existing:
+                for col in DEPLOYMENT_REQUIRED[1:]:
+                    if other.get(col) == mine[col] or col in asked.weak:
+                        continue
+                    if not _unknown(other, col):
+                        raise ImportConflict(
+                            f"{other['_file']}: deployment {row.deployment_id!r} is imported with {col} = "
+                            f"{other.get(col)!r} from another file of this import, this one gives {mine[col]!r}; "
+                            f"pass --{col.replace('_', '-')} to match, or import them under different deployments")
+                    self.fill_in.setdefault(other["_file"], {}).setdefault(row.deployment_id, {})[col] = mine[col]
+            self._existing_dates[row.deployment_id] = dates
+            summary.deployments[row.deployment_id] = "already present, identical"
+
+    def replaceable(self) -> list[Path]:
+        """The existing files a commit may replace: this input's earlier import, the deployments files
+        it fills in, its manifest."""
+        return [*self.previous, *self.fill_in, self.out / MANIFESTS / f"{self.stem}.json"]
 
     def existing_request_ids(self, deployment_id: str) -> set[str]:
         found: set[str] = set()
@@ -671,7 +783,7 @@ class TraceWriter:
         dates: set[str] = set()
         for table, p in self.pending.items():
             if p.times is not None and layout[table]:
-                dates |= {_utc_date(t) for t in p.times if t is not None}
+                dates |= {_utc_date(t) if t is not None else self.untimed_date for t in p.times}
         if not dates:
             dates = {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")}
         plan = []
@@ -693,7 +805,7 @@ class TraceWriter:
             elif p.times is None:
                 plan += [(table, date, data) for date in sorted(dates)]
             else:
-                row_dates = pa.array([_utc_date(t) for t in p.times])
+                row_dates = pa.array([_utc_date(t) if t is not None else self.untimed_date for t in p.times])
                 for date in sorted(set(row_dates.to_pylist())):
                     plan.append((table, date, data.filter(pc.equal(row_dates, date))))
         return plan
@@ -853,6 +965,59 @@ def _link_new(tmp: Path, final: Path) -> None:
 
 
 def finish(writer: TraceWriter, summary: ImportSummary, default_deployment: str | None) -> ImportSummary:
+    writer.check_layout(set(writer.pending) | {"deployments"})
+    writer.time_notes(summary)
     writer.add_notes(summary, default_deployment)
+    deferred = RUN.get().deferred
+    if deferred is not None:
+        deferred.append((writer, summary))     # committed by commit_all, after every input is read
+        return summary
     writer.commit(summary)
     return summary
+
+
+def commit_all(pending: list[tuple[TraceWriter, ImportSummary]]) -> None:
+    """Commit imports that were read and checked (``finish`` under ``ImportRun.deferred``), all or
+    nothing: when one commit fails, every file written is removed and every file replaced is put
+    back, so the trace directory is as it was."""
+    if not pending:
+        return
+    out = pending[0][0].out
+    before = set(out.rglob("*")) if out.is_dir() else set()
+    existed = out.is_dir()
+    backup = out / f".specan-rollback-{uuid.uuid4().hex[:8]}"
+    kept: list[tuple[Path, Path]] = []
+    try:
+        # the files a commit may replace (an earlier import of the same input, a filled-in
+        # deployments row, a manifest): kept by a hard link, which a replace leaves intact
+        for path in sorted({p for writer, _ in pending for p in writer.replaceable() if p.is_file()}):
+            backup.mkdir(exist_ok=True)
+            copy = backup / f"{len(kept)}"
+            try:
+                os.link(path, copy)
+            except OSError:
+                shutil.copy2(path, copy)
+            kept.append((path, copy))
+        try:
+            for writer, summary in pending:
+                writer.refresh_deployments(summary)
+                writer.commit(summary)
+        except BaseException:
+            for path, copy in kept:
+                if not path.exists() or not os.path.samefile(path, copy):
+                    os.replace(copy, path)
+            shutil.rmtree(backup, ignore_errors=True)
+            after = set(out.rglob("*")) if out.is_dir() else set()
+            for path in sorted(after - before, key=lambda p: len(p.parts), reverse=True):
+                if path.is_dir() and not path.is_symlink():
+                    with contextlib.suppress(OSError):
+                        path.rmdir()
+                else:
+                    path.unlink(missing_ok=True)
+            if not existed and out.is_dir():
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+            raise
+    finally:
+        if backup.exists():
+            shutil.rmtree(backup, ignore_errors=True)

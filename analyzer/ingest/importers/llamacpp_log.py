@@ -404,9 +404,9 @@ class _Import:
                       f"{self.first_problem[1]} ({self.first_problem[2]})" if self.first_problem else
                       "no line looks like llama.cpp timing output (print_timing lines, or JSON responses with a "
                       "timings object)")
-            hint = ("; keep a wall-clock time on each line (docker logs -t, journalctl -o short-iso-precise) or "
-                    "import the JSON responses" if self.first_problem and self.first_problem[2] == NO_CLOCK else "")
-            raise ImportInputError(f"{path}: nothing to import: {looked}{hint}; known layouts: {'; '.join(LAYOUTS)}")
+            hint = ("; pass --start TIME or keep a wall-clock time on each line (docker logs -t)" if self.first_problem and self.first_problem[2] == NO_CLOCK else "")
+            raise ImportInputError(f"{path}: nothing to import: {looked}{hint} "
+                                   "(layouts: `specan import llamacpp-log --list-layouts`)")
 
     # -- log lines
 
@@ -492,15 +492,16 @@ class _Import:
         if not consistent(numbers):
             self.skip(CONTRADICTS, place)
             return
-        if time is None and relative is None:
+        untimed = time is None and relative is None
+        if untimed and (problem or self.start is None):
             self.skip(problem or NO_CLOCK, place)
             return
         self.layouts[numbers["layout"]] += 1
         duration = block.total_ms if block.total_ms is not None else (
             block.prompt_ms + block.eval_ms if block.prompt_ms is not None and block.eval_ms is not None else None)
         n, exact = drafts_from(numbers["accepted"], numbers["drafted"], numbers["mean"], numbers["rates"])
-        self.counts["no_start"] += duration is None
-        end = time if time is not None else relative
+        end = time if time is not None else relative if relative is not None else 0
+        self.counts["no_start"] += duration is None and not untimed    # anchor_untimed counts its own
         self.add_interval(series=self.series(process, block, place),
                           start=end - ms_us(duration) if duration is not None else None, end=end,
                           drafts=n, exact=exact, drafted=numbers["drafted"], accepted=numbers["accepted"],
@@ -508,7 +509,9 @@ class _Import:
         index = len(self.intervals["end_time"]) - 1
         if block.eval_tokens is not None:
             self.row_timing[index] = (block.eval_tokens, block.prompt_ms)
-        if time is None:
+        if untimed:         # no time on any line of the block: --start anchors it, for its printed duration
+            self.untimed.append([index, duration / 1000 if duration is not None else None])
+        elif time is None:
             self.relative_rows.append(index)
         if block.slot is not None:
             self.done[(process, block.slot, block.task)] = index
@@ -590,7 +593,8 @@ class _Import:
         if sums[0] < 0:
             self.skip(STATS_UNDIFFERENCED, place)
             return
-        if sums[1] <= 0 or (time is None and relative is None):
+        untimed = time is None and relative is None
+        if sums[1] <= 0 or (untimed and self.start is None):
             if sums[1] > 0:
                 self.skip(NO_CLOCK, place)
             return
@@ -603,8 +607,8 @@ class _Import:
             return
         duration = block.total_ms if block.total_ms is not None else (
             block.prompt_ms + block.eval_ms if block.prompt_ms is not None and block.eval_ms is not None else None)
-        end = time if time is not None else relative
-        self.counts["no_start"] += duration is None
+        end = time if time is not None else relative if relative is not None else 0
+        self.counts["no_start"] += duration is None and not untimed    # anchor_untimed counts its own
         self.layouts["statistics only"] += 1
         self.add_interval(series=self.series(request[0], block, block.place),
                           start=end - ms_us(duration) if duration is not None else None, end=end,
@@ -613,7 +617,9 @@ class _Import:
         index = len(cols["end_time"]) - 1
         self.draft_kinds[index] = "from_statistics"
         self.stats_rows[request] = index
-        if time is None:
+        if untimed:         # no time on any line of the block: --start anchors it, for its printed duration
+            self.untimed.append([index, duration / 1000 if duration is not None else None])
+        elif time is None:
             self.relative_rows.append(index)
 
     def request_fact(self, prefix: str, m: re.Match) -> None:
@@ -1123,7 +1129,7 @@ class _Import:
             rows_text = plural(n, "interval")
             if how == "--start":
                 note(f"{path}: {rows_text} without a time of their own (llama-speculative / lookup summaries, bare "
-                     f"`timings` objects) start at --start {when} and last their printed seconds (encoded + "
+                     f"`timings` objects, timing blocks without a log time) start at --start {when} and last their printed seconds (encoded + "
                      "decoded, or generated; prompt_ms + predicted_ms)")
             else:
                 note(f"{path}: {rows_text} without a time of their own (llama-speculative / lookup summaries, bare "

@@ -343,8 +343,8 @@ def import_sglang_log(files: Sequence[str | Path], out: str | Path, deployment_i
         tried = first_unparsed or next((p for r in (NO_TIME, BAD_DATE) for p in where.get(r, [])), None)
         looked = (f"the first decode line that did not import is {tried}" if tried else
                   "no line looks like SGLang's `Decode batch` line")
-        raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: {looked}; "
-                               f"known layouts: {'; '.join(LAYOUTS)}")
+        raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: {looked} "
+                               "(layouts: `specan import sglang-log --list-layouts`)")
     _notes(summary, deployment_id, counts, layouts, where, cols, baseline)
     k = _rate_notes(summary, deployment_id, sglang_version, meaning, store_rate, counts, pairs)
     row = deployment_row(deployment_id, overrides, model=None, speculated=not baseline, num_spec_tokens=k)

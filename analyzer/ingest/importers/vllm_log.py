@@ -96,6 +96,7 @@ INTERVAL_SOURCE = "vllm_log"
 OTHER_LINE = "not a speculative-decoding metrics line"
 NOT_PARSED = "metrics line that does not parse"
 NO_TIME = "metrics line without a date and time"
+DAY_US = 86_400_000_000   # a first date less than a day ahead is a time zone, not last year
 NO_TIME_HINT = "no date and time in the line (pass --start TIME to anchor lines without one)"
 # vLLM's default logging intervals, µs: V0 `_LOCAL_LOGGING_INTERVAL_SEC`, V1 `VLLM_LOG_STATS_INTERVAL`
 TICK_V0_US = 5_000_000
@@ -294,6 +295,10 @@ class _Series:
     tick_end: int | None = None          # the previous printed tick (load or spec line)
     tick_busy: bool = False              # ... and whether vLLM surely printed the tick after it
     untimed_ticks: int = 0               # ticks anchored at --start so far (lines without a time)
+    guess_now: int | None = None         # without --year: the import's time (a first date after it: last year)
+    back: bool = False                   # ... the series was read as the previous year
+    rollovers: int = 0                   # December → January seen
+    years: set = field(default_factory=set)   # the years its MM-DD dates were read in
     load_tick: int | None = None         # … the one the pending load line was given
 
     def anchored(self, start_us: int, tick_us: int, opens_tick: bool) -> int:
@@ -340,12 +345,19 @@ def _stamp(line: str, before: int, series: _Series, default_year: int) -> tuple[
         month = int(m[1])
         if series.previous_month == 12 and month == 1:
             series.year += 1
+            series.rollovers += 1
         try:
             when = dt.datetime(series.year or default_year, month, int(m[2]), int(m[3]), int(m[4]), int(m[5]),
                                int((m[6] or "0").ljust(6, "0")), tzinfo=dt.timezone.utc)
+            if series.previous_month is None and series.guess_now is not None \
+                    and datetime_us(when) > series.guess_now + DAY_US:
+                # no --year, and this year would put the series' first date after the import: last year
+                series.year, series.back = when.year - 1, True
+                when = when.replace(year=series.year)
         except ValueError:
             return None, BAD_DATE
         series.previous_month = month
+        series.years.add(when.year)
         return datetime_us(when), None
     iso = _ISO.match(line)
     if iso is not None:
@@ -367,7 +379,9 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     or, in a log without any, its load lines (a baseline deployment). ``start`` (ISO-8601) anchors
     the lines that carry no time."""
     overrides = overrides or Overrides()
-    year = year if year is not None else dt.datetime.now(dt.timezone.utc).year
+    now = dt.datetime.now(dt.timezone.utc)
+    guess_now = datetime_us(now) if year is None else None
+    year = year if year is not None else now.year
     start_us = parse_start(start)
     writer = TraceWriter(Path(out), SOURCE, files,
                          options=f"deployment={deployment_id} year={year} start={start} {overrides}")
@@ -380,7 +394,8 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     alone: dict[str, list] = {c: [] for c in INTERVAL_COLUMNS + LOAD_COLUMNS}   # load lines without a spec line
     counts = {"approximate": 0, "fixed_k": 0, "unknown_drafts": 0, "restarts": 0,
               "rollovers": 0, "v0_inexact": 0, "spec_lines": 0, "alone": 0, "from_start": 0, "anchored": 0,
-              "iteration_lines": 0, "iteration_anchored": 0}
+              "iteration_lines": 0, "iteration_anchored": 0,
+              "back": 0, "years": set(), "year_given": guess_now is None, "start": start}
     disagreeing: dict[str, list[str]] = {}   # printed ratio the counts contradict → places
     layouts: dict[str, int] = {}
     load_layouts: dict[str, int] = {}
@@ -420,7 +435,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         counts["iteration_lines"] += 1
         index, label = it.engine_of(line[:marker.start()])
         name = (process + (f" {label}" if label else "")).strip()
-        series = iteration_series.setdefault(name, _Series(year=year))
+        series = iteration_series.setdefault(name, _Series(year=year, guess_now=guess_now))
         fields = it.parse_iteration(line[marker.start():])
         if fields is None:
             summary.skip(ITER_NOT_PARSED, place=place)
@@ -472,7 +487,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                         engine = _ENGINE.search(line)
                         name = (process + (f" Engine {engine.group(1)}" if engine else "")).strip()
                         engine_of[process] = name
-                        series = series_of.setdefault(name, _Series(year=year))
+                        series = series_of.setdefault(name, _Series(year=year, guess_now=guess_now))
                         load_alone(series, name)
                         start = _LOAD_START.search(line)
                         end_us, problem = _stamp(line, start.start() if start else len(line), series, year)
@@ -491,7 +506,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                     continue
                 counts["spec_lines"] += 1
                 name = engine_of.get(process, process)
-                series = series_of.setdefault(name, _Series(year=year))
+                series = series_of.setdefault(name, _Series(year=year, guess_now=guess_now))
                 end_us, problem = _stamp(line, marker.start(), series, year)
                 numbers = parse_metrics(line[marker.start():])
                 if problem == NO_TIME and start_us is not None:
@@ -548,7 +563,13 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 series.close_tick(end_us, _busy(load) or numbers["drafted"] > 0)
         for name, series in series_of.items():
             load_alone(series, name)
-        counts["rollovers"] += sum(1 for s in series_of.values() if s.year > year)
+        counts["rollovers"] += sum(s.rollovers for s in series_of.values())
+        counts["back"] += sum(1 for s in series_of.values() if s.back)
+        counts["years"] |= {y for s in series_of.values() for y in s.years}
+    # the iteration lines' series: their MM-DD dates are read like the spec lines'
+    counts["back"] += sum(1 for s in iteration_series.values() if s.back)
+    counts["years"] |= {y for s in iteration_series.values() for y in s.years}
+    counts["rollovers"] += sum(s.rollovers for s in iteration_series.values())
 
     baseline = not counts["spec_lines"]
     steps = _steps(iterations, None if baseline else cols, deployment_id, summary, counts, iteration_layouts)
@@ -565,12 +586,13 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     if not cols["end_time"] and not steps["step_id"]:
         iterated = counts["iteration_lines"]
         raise ImportInputError(f"{', '.join(str(p) for p in files)}: nothing to import: "
-                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'], iterated)}; "
-                               f"known layouts: {'; '.join(LAYOUTS)}; iteration lines: {'; '.join(it.LAYOUTS)}")
+                               f"{_nothing_found(first_unparsed, where, counts['spec_lines'], iterated)} "
+                               "(layouts: `specan import vllm-log --list-layouts`)")
     if cols["end_time"]:
         _notes(summary, deployment_id, year, counts, layouts, where, cols, baseline)
-    elif baseline:
-        summary.note(f"log times have no year and no time zone: read as UTC in {year}", deployment_id)
+    else:
+        # steps alone: only the year their MM-DD dates were read in needs saying
+        _year_note(counts, lambda text: summary.note(text, deployment_id))
     for name_of_field, places in sorted(disagreeing.items()):
         summary.note(f"{len(places)} metrics line{'s' if len(places) != 1 else ''} whose printed {name_of_field} "
                      f"disagree{'s' if len(places) == 1 else ''} with its Accepted and Drafted counts beyond the "
@@ -782,6 +804,20 @@ def _v0_interval(numbers: dict, series: _Series, counts: dict) -> dict | None:
             "accepted_per_position": None, "continues": continues}
 
 
+def _year_note(counts: dict, note) -> None:
+    """The year vLLM's MM-DD dates were read in, and why; nothing when no line had one."""
+    if not counts["years"]:
+        return
+    years = ", ".join(str(y) for y in sorted(counts["years"]))
+    why = ("--year" if counts["year_given"] else
+           f"no --year: the current year, or the previous one for {counts['back']} series whose "
+           f"first date would lie after the import" if counts["back"] else "no --year: the current year")
+    rollovers = counts["rollovers"]
+    note(f"log times have no year and no time zone: read as UTC in {years} ({why})"
+         + (f"; {rollovers} year rollover{'s' if rollovers != 1 else ''} from December to January"
+            if rollovers else ""))
+
+
 def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, layouts: dict,
            where: dict, cols: dict, baseline: bool) -> None:
     note = lambda text: summary.note(text, deployment_id)  # noqa: E731
@@ -796,12 +832,11 @@ def _notes(summary: ImportSummary, deployment_id: str, year: int, counts: dict, 
              "that printed zero prompt and generation throughput (vLLM prints no line for an idle tick after "
              "an idle one, so the window of the throughput is unknown)")
     if counts["anchored"]:
-        note(f"{plural(counts['anchored'], 'line')} without a date and time anchored at --start: each series' "
+        note(f"{plural(counts['anchored'], 'line')} without a date and time anchored at --start {counts['start']}: "
+             "each series' "
              "first tick at --start, each later tick one logging interval on (vLLM's defaults: 5 s for V0, "
              "10 s for V1); these times are assumed, not read")
-    note(f"log times have no year and no time zone: read as UTC in {year}"
-         + (f" ({plural(counts['rollovers'], 'year rollover')} from December to January)"
-            if counts["rollovers"] else ""))
+    _year_note(counts, note)
     if counts["fixed_k"]:
         note(f"num_drafts = Drafted / k on {plural(counts['fixed_k'], 'interval')} (k = the number of "
              "per-position rates), where that agrees with the printed mean acceptance length: every step "
