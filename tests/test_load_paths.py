@@ -94,6 +94,14 @@ CASES = [
         ("steps", rk(deployment_id="a", step_id=7))]),
     case("steps", "implausible_time", {"steps": [step("a", 5)], "last": ("steps", "start_time", BEYOND)},
          [("steps", rk(deployment_id="a", step_id=5))]),
+    # a step's own token counts (iteration lines): 3 accepted of 2 drafts; 2 requests accepting 1 commit
+    # at most 1 + 2 = 3 tokens, not 4
+    case("steps", "accepted_exceeds_drafted", {"steps": [step("a", 5, num_draft_tokens=2, num_accepted_tokens=3,
+                                                              num_committed_tokens=4)]},
+         [("steps", rk(deployment_id="a", step_id=5))]),
+    case("steps", "committed_exceeds_accepted", {"steps": [step("a", 5, batch_size=2, num_draft_tokens=4,
+                                                                num_accepted_tokens=1, num_committed_tokens=4)]},
+         [("steps", rk(deployment_id="a", step_id=5))]),
     case("steps", "unknown_deployment", {"steps": [step("zz", 1)]}, [("steps", rk(deployment_id="zz", step_id=1))]),
     case("rounds", "null_required", {"rounds": [round_row("a", "r2", 2, 3, None, committed=1, step_id=4)]}, [
         ("rounds", rounds_key("r2", 2))]),

@@ -86,7 +86,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import vllm_iterations as it
+from .vllm_iterations import Iteration, estimate_window, find_marker, parse_iteration
+from .vllm_iterations import engine_of as iteration_engine
 from .common import (ImportInputError, ImportSummary, Overrides, TraceWriter, datetime_us, deployment_row,
                      finish, ms_us, open_input, parse_time)
 
@@ -424,7 +425,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         alone_places.append(load["place"])
         series.close_tick(series.load_end, _busy(load))
 
-    iterations: list[it.Iteration] = []
+    iterations: list[Iteration] = []
     iteration_layouts: dict[str, int] = {}
     iteration_series: dict[str, _Series] = {}
     untimed_ms: dict[str, float] = {}      # series → Σ elapsed of its lines anchored at --start
@@ -433,10 +434,10 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     def read_iteration(line: str, marker, process: str, place: str, order: tuple) -> None:
         """One `Iteration(N): …` line: a step, or a counted skip."""
         counts["iteration_lines"] += 1
-        index, label = it.engine_of(line[:marker.start()])
+        index, label = iteration_engine(line[:marker.start()])
         name = (process + (f" {label}" if label else "")).strip()
         series = iteration_series.setdefault(name, _Series(year=year, guess_now=guess_now))
-        fields = it.parse_iteration(line[marker.start():])
+        fields = parse_iteration(line[marker.start():])
         if fields is None:
             summary.skip(ITER_NOT_PARSED, place=place)
             return
@@ -458,7 +459,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
         iteration_layouts[fields["layout"]] = iteration_layouts.get(fields["layout"], 0) + 1
         if fields["blocks_agree"] is False:
             blocks_disagree.append(place)
-        iterations.append(it.Iteration(
+        iterations.append(Iteration(
             series=name, engine=index, end_us=end_us, order=order, place=place, counter=fields["counter"],
             ctx_requests=fields["ctx_requests"], ctx_tokens=fields["ctx_tokens"],
             gen_requests=fields["gen_requests"], gen_tokens=fields["gen_tokens"],
@@ -478,7 +479,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
                 marker = _MARKER.search(line)
                 level = _LEVEL.search(" " + line)
                 process = _series_key(line[:level.start()] if level else "")
-                iteration = it.find_marker(line) if marker is None else None
+                iteration = find_marker(line) if marker is None else None
                 if iteration is not None:
                     read_iteration(line, iteration, process, place, (file_index, number))
                     continue
@@ -609,7 +610,7 @@ def import_vllm_log(files: Sequence[str | Path], out: str | Path, deployment_id:
     return finish(writer, summary, deployment_id)
 
 
-def _steps(iterations: list[it.Iteration], spec: dict | None, deployment_id: str, summary: ImportSummary,
+def _steps(iterations: list[Iteration], spec: dict | None, deployment_id: str, summary: ImportSummary,
            counts: dict, layouts: dict) -> dict[str, list]:
     """The steps of the iteration lines: their times, step ids and token counts (module vllm_iterations),
     with a note for every choice. ``spec``: the spec-decode intervals of a speculative log, else None."""
@@ -673,7 +674,7 @@ def _steps(iterations: list[it.Iteration], spec: dict | None, deployment_id: str
     return cols
 
 
-def _window_counts(iterations: list[it.Iteration], spec: dict, note, plural) -> None:
+def _window_counts(iterations: list[Iteration], spec: dict, note, plural) -> None:
     """Drafts, accepted and committed tokens of a speculative log's steps, from the spec-decode window
     that covers each step (vllm_iterations.estimate_window)."""
     windows: dict[int, list[tuple[int, int, int]]] = {}   # engine → [(end, accepted, drafted)]
@@ -686,7 +687,7 @@ def _window_counts(iterations: list[it.Iteration], spec: dict, note, plural) -> 
     for engine in windows:
         windows[engine].sort()
     ends = {engine: [w[0] for w in rows] for engine, rows in windows.items()}
-    members: dict[tuple[int, int], list[it.Iteration]] = {}
+    members: dict[tuple[int, int], list[Iteration]] = {}
     outside = negative = 0
     for step in iterations:
         if step.gen_tokens < step.gen_requests:
@@ -703,7 +704,7 @@ def _window_counts(iterations: list[it.Iteration], spec: dict, note, plural) -> 
     unknown = 0
     for (engine, j), steps in sorted(members.items()):
         end, accepted, drafted = windows[engine][j]
-        gap = it.estimate_window(steps, accepted, drafted)
+        gap = estimate_window(steps, accepted, drafted)
         when = dt.datetime.fromtimestamp(end / 1e6, dt.timezone.utc).strftime("%m-%d %H:%M:%S")
         if gap is None:
             unknown += 1
@@ -767,7 +768,7 @@ def _engines(path: Path) -> dict[str, set[str]]:
         for raw in fh:
             line = _ANSI.sub("", raw.rstrip("\r\n"))
             engine = _ENGINE.search(line)
-            if engine is None or _MARKER.search(line) or it.find_marker(line):
+            if engine is None or _MARKER.search(line) or find_marker(line):
                 continue
             level = _LEVEL.search(" " + line)
             process = _series_key(line[:level.start()] if level else "")
