@@ -323,7 +323,8 @@ def test_load_out_then_report_the_directory_on_a_laptop(spark, tmp_path):
     # the input tables that stayed, then every view that reads them (the per-request ones
     # ran on the cluster and came back reduced)
     assert ("(reduced traces: rounds, steps, requests, intervals, baseline_decode_buckets, batch_size_requests, "
-            "channel_counts, cost_steps, iteration_loads, itl_gaps, log_intervals, matched_units, output_tokens_mismatch, "
+            "channel_counts, cost_steps, iteration_loads, iteration_steps, itl_gaps, log_intervals, matched_units, "
+            "output_tokens_mismatch, "
             "request_acceptance, request_anomalies, request_decode_buckets, request_gaps_unpacked, request_latency, "
             "request_loads, request_repetition, request_rounds, request_stalls, round_facts, round_group_cells, "
             "slice_metrics, slice_requests, slice_speedup, step_loads, step_rounds, stream_emissions stay on the "

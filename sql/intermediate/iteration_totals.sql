@@ -1,26 +1,16 @@
 -- What a deployment without rounds has of steps with their own token counts (engine
 -- iteration lines): the coverage's denominator of the speedup on them (basis iterations,
 -- matched_speedup) and what the report says it rests on.
--- Grain: one row per deployment_id with clean steps that carry num_committed_tokens and
--- no clean rounds.
+-- Grain: one row per deployment_id of iteration_steps.
 --
 -- committed_tokens: Σ num_committed_tokens over all those steps, prefill steps' included
 -- (as the rounds' denominator counts rounds in prefill steps); decode_steps: the steps of
 -- iteration_loads, the speedup's units; window_steps: those of them whose counts were
 -- spread from a log window (counts_from 'window'), an estimate the verdict states.
-with with_rounds as (
-    select distinct deployment_id
-    from step_rounds
-),
-
-counted as (
-    select
-        s.deployment_id,
-        sum(cast(s.num_committed_tokens as bigint)) as committed_tokens
-    from steps as s
-    left join with_rounds as w on w.deployment_id = s.deployment_id
-    where w.deployment_id is null and s.num_committed_tokens is not null
-    group by s.deployment_id
+with counted as (
+    select deployment_id, sum(cast(num_committed_tokens as bigint)) as committed_tokens
+    from iteration_steps
+    group by deployment_id
 ),
 
 decode as (
