@@ -104,24 +104,45 @@ def test_spark_submit_runs_the_cli_on_the_cluster(cluster, tmp_path):
 
 
 def test_a_lost_executor_is_recomputed_and_the_report_completes(cluster, tmp_path):
-    # the executor's JVM is killed once the run has kept tables on it (the clean rounds,
+    # the CLI exactly as a user runs it, nothing set but --spark-master (no PYSPARK_SUBMIT_ARGS:
+    # the driver's memory is specan's default, the application takes the cores left). The
+    # executor's JVM is killed once the run has kept tables on it (the clean rounds,
     # request_rounds): their blocks are gone with it, Spark recomputes them from their
     # lineage on the executor the master starts next, and the document is the same
     traces = write_seed_traces(tmp_path / "traces", 4, cheap)
     out = tmp_path / "report.json"
-    env = {**cluster_environment(), "PYSPARK_SUBMIT_ARGS": f"--conf spark.cores.max={APP_CORES} pyspark-shell"}
+    env = {k: v for k, v in cluster_environment().items()
+           if k not in ("PYSPARK_SUBMIT_ARGS", "SPARK_DRIVER_MEMORY", "SPARK_CONF_DIR")}
     before = set(cluster.executor_pids())
     run = subprocess.Popen([sys.executable, "-m", "analyzer", "report", str(traces), "--engine", "spark",
                             "--spark-master", cluster.master_url, "--format", "json", "-o", str(out), "--progress"],
                            env=env, stderr=subprocess.PIPE, text=True)
-    killed, lines, seen = [], [], []
+    killed, lines, seen, heaps = [], [], [], []
     for line in run.stderr:
         lines.append(line)
         if not killed and "computing request_repetition on Spark" in line:
+            heaps = driver_heaps(run.pid)
             seen = cluster.executor_pids()
             killed = [pid for pid in seen if pid not in before]
             for pid in killed:
                 os.kill(pid, signal.SIGKILL)
     assert run.wait(timeout=1200) == 0, "".join(lines)[-3000:]
     assert len(killed) == 1, f"the run's executor was not found: {before} before, {seen} then"
+    assert heaps == ["-Xmx2g"]          # analyzer.spark.session.DEFAULT_DRIVER_MEMORY_GB, not Spark's 1g
     assert differences(document(traces, "duckdb"), json.loads(out.read_text())) == []
+
+
+def driver_heaps(parent: int) -> list[str]:
+    """The -Xmx of the driver JVMs a process started (its children running SparkSubmit)."""
+    heaps = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"org.apache.spark.deploy.SparkSubmit" in command:
+            heaps += [a.decode() for a in command if a.startswith(b"-Xmx")]
+    return heaps

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import main
+from analyzer.spark import session
 from analyzer.spark.session import spark_failure
 from spark_cluster import free_port
 
@@ -89,6 +90,16 @@ REPORTED = [
      "java.lang.OutOfMemoryError: GC overhead limit exceeded\n\tat java.lang.String.<init>(String.java:325)",
      "Spark ran out of memory (java.lang.OutOfMemoryError: GC overhead limit exceeded): ",
      "spark.executor.memory"),
+    # SHSE/spark-es#3 (YARN): the driver dropped executors whose heartbeats it did not get
+    ("16/11/06 17:32:21 ERROR cluster.YarnScheduler: Lost executor 8 on dayrhewdld006.enterprisenet.org: "
+     "Executor heartbeat timed out after 124251 ms",
+     "the executors' heartbeats went unanswered (Executor heartbeat timed out after 124251 ms): ",
+     "SPARK_DRIVER_MEMORY=4g"),
+    # parsa-epfl/cloudsuite#200: an executor's heartbeat the driver did not answer
+    ("19/01/02 16:23:00 WARN NettyRpcEnv: Ignored failure: java.util.concurrent.TimeoutException: Cannot "
+     "receive any reply in 10 seconds",
+     "the executors' heartbeats went unanswered (Cannot receive any reply in 10 seconds): ",
+     "spark.executor.memory"),
 ]
 
 
@@ -107,3 +118,46 @@ def test_the_spark_group_keeps_to_one_worker(request):
     # module its own cluster), past CI's time limit. pyproject keeps pytest below 9.
     if getattr(request.config.option, "loadgroup", False):
         assert request.node.nodeid.endswith("@spark"), request.node.nodeid
+
+
+@pytest.mark.parametrize("setting", [
+    {"PYSPARK_SUBMIT_ARGS": "--driver-memory 6g pyspark-shell"},
+    {"PYSPARK_SUBMIT_ARGS": "--conf spark.driver.memory=6g pyspark-shell"},
+    {"SPARK_DRIVER_MEMORY": "6g"},
+    "spark-defaults.conf",
+])
+def test_the_users_driver_memory_is_left_as_set(setting, tmp_path, monkeypatch):
+    # specan gives the driver JVM it starts 2g only where the user set nothing that
+    # spark-submit reads (the cluster test checks the -Xmx of a CLI run with nothing set)
+    for key in ("PYSPARK_SUBMIT_ARGS", "SPARK_DRIVER_MEMORY", "SPARK_MEM", "SPARK_CONF_DIR", "SPARK_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    assert not session._driver_memory_set()
+    if setting == "spark-defaults.conf":
+        (tmp_path / "spark-defaults.conf").write_text("spark.executor.memory 4g\n")
+        monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+        assert not session._driver_memory_set()
+        (tmp_path / "spark-defaults.conf").write_text("spark.executor.memory 4g\nspark.driver.memory   6g\n")
+    else:
+        for key, value in setting.items():
+            monkeypatch.setenv(key, value)
+    assert session._driver_memory_set()
+
+
+def test_an_unknown_java_failure_quotes_its_java_cause():
+    # pyspark's first line names only the call ("An error occurred while calling o29.sql.");
+    # the one-line message quotes the innermost Java cause instead
+    class Java:
+        def __init__(self, text, cause=None):
+            self.text, self.cause = text, cause
+
+        def getCause(self):
+            return self.cause
+
+        def toString(self):
+            return self.text
+
+    error = RuntimeError("An error occurred while calling o29.sql.\n: org.apache.spark.SparkException: ...")
+    error.java_exception = Java("org.apache.spark.SparkException: Job aborted",
+                                Java("java.lang.StackOverflowError"))
+    assert session.spark_error_text(error) == "java.lang.StackOverflowError"
+    assert session.spark_error_text(ValueError("one\ntwo")) == "one"

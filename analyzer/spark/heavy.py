@@ -26,7 +26,7 @@ from ..errors import EnvironmentProblem, InternalError, first_line
 from ..ingest import rules
 from ..ingest.load import LoadSummary
 from .load import check_spark_link_keys
-from .session import materialize
+from .session import materialize, spark_error_text, spark_failure
 
 Progress = Callable[[str], None]
 
@@ -74,7 +74,10 @@ def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None
         try:
             frame = spark.sql(portable.spark_sql(view.sql, known))
         except Exception as exc:
-            raise InternalError(f"{view.path}: Spark cannot run view {name}: {first_line(exc)}") from None
+            failure = spark_failure(exc)
+            if failure is not None:
+                raise failure from None
+            raise InternalError(f"{view.path}: Spark cannot run view {name}: {spark_error_text(exc)}") from None
         if view.materialized:
             say(f"computing {name} on Spark")
             frame = materialize(frame)

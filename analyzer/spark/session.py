@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EnvironmentProblem, InputProblem, SpecanError
+from ..errors import EnvironmentProblem, InputProblem, InternalError, SpecanError, first_line
 
 DEFAULT_MASTER = "local[*]"
 
@@ -40,6 +40,12 @@ SESSION_SETTINGS = {
 }
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 SPARK_DEFAULT_SHUFFLE_PARTITIONS = "200"
+# The driver's heap when specan starts the driver JVM and the user set none: Spark's own
+# default (1 GB) is too small for the plans of specan's views on a cluster, where the
+# driver also tracks every executor's blocks (a 6-deployment trace ran it into minutes of
+# garbage collection and lost heartbeats). Below twice that in the machine's memory,
+# Spark's default stays. The user's own setting always wins (``_driver_memory_set``).
+DEFAULT_DRIVER_MEMORY_GB = 2
 # How long a spark:// master has to answer before specan says it cannot reach it (Spark's
 # own client retries for a minute and then stops the context)
 MASTER_CONNECT_SECONDS = 5.0
@@ -64,6 +70,9 @@ def spark_session(master: str | None = None):
             builder = builder.master(master or DEFAULT_MASTER)
         if not submitted and (master or DEFAULT_MASTER).startswith("local"):
             builder = builder.config("spark.ui.enabled", "false")
+        memory = None if submitted else default_driver_memory()
+        if memory is not None:
+            builder = builder.config("spark.driver.memory", memory)
         if not submitted and _quiet_start_wanted():
             builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG}")
         # py4j and pyspark log every Java exception they relay; specan turns them into one line
@@ -97,6 +106,40 @@ def _quiet_start_wanted() -> bool:
     if SparkContext._gateway is not None:
         return False
     return "extraJavaOptions" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+
+
+def default_driver_memory() -> str | None:
+    """The driver memory specan sets when it starts the driver JVM: ``2g``, unless the JVM
+    is already running, the user set it (PYSPARK_SUBMIT_ARGS, SPARK_DRIVER_MEMORY,
+    spark-defaults.conf) or the machine has less than twice that."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None or _driver_memory_set():
+        return None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    if total < 2 * DEFAULT_DRIVER_MEMORY_GB * 1024 ** 3:
+        return None
+    return f"{DEFAULT_DRIVER_MEMORY_GB}g"
+
+
+def _driver_memory_set() -> bool:
+    """Whether the user set the driver's memory where spark-submit reads it."""
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    if "--driver-memory" in submit_args or "spark.driver.memory" in submit_args:
+        return True
+    if os.environ.get("SPARK_DRIVER_MEMORY") or os.environ.get("SPARK_MEM"):
+        return True
+    for folder in (os.environ.get("SPARK_CONF_DIR"),
+                   os.environ.get("SPARK_HOME") and os.path.join(os.environ["SPARK_HOME"], "conf")):
+        defaults = Path(folder) / "spark-defaults.conf" if folder else None
+        if defaults is not None and defaults.is_file():
+            lines = defaults.read_text(errors="replace").splitlines()
+            if any(line.split()[:1] == ["spark.driver.memory"] for line in lines):
+                return True
+    return False
 
 
 def check_master_answers(master: str) -> None:
@@ -199,7 +242,10 @@ def engine_session(master: str | None = None, checkpoint_dir: str | None = None)
     except Exception as exc:
         failure = spark_failure(exc)
         if failure is None:
-            raise
+            if getattr(exc, "java_exception", None) is None:
+                raise
+            raise InternalError(f"Spark failed: {spark_error_text(exc)}; run `specan --debug ...` "
+                                "for the traceback and report it") from exc
         raise failure from None
     finally:
         keeping = _KEEPING.get()
@@ -263,6 +309,13 @@ def _release(spark, keeping: Keeping, views_before: set[str], rdds_before: set) 
 # ...deploy.client.StandaloneAppClient, java.lang.OutOfMemoryError), checked in
 # tests/test_spark_failures.py against failures the tests cause on a real cluster.
 _FAILURES = (
+    # heartbeats unanswered: the driver too busy to answer (garbage collection in a heap too
+    # small, or no CPU), or the executor too busy to send; Spark drops the executor and says
+    # why after ExecutorLostFailure, so this comes first
+    (re.compile(r"(?:Executor heartbeat timed out after \d+ ms|Cannot receive any reply (?:from \S+ )?in \d+ \w+)"),
+     "the executors' heartbeats went unanswered ({0}): the driver (or an executor) is short of memory "
+     "or CPU; raise the driver's memory (SPARK_DRIVER_MEMORY=4g) or spark.executor.memory, or run it "
+     "on a less loaded machine"),
     (re.compile(r"Total size of serialized results of \d+ tasks \([^)]*\) is bigger than "
                 r"spark\.driver\.maxResultSize \([^)]*\)"),
      "a result is too large for the driver ({0}): raise spark.driver.maxResultSize "
@@ -272,10 +325,11 @@ _FAILURES = (
      "an executor was lost ({0}): give executors more memory (spark.executor.memory, "
      "spark.executor.memoryOverhead), or --spark-checkpoint-dir DIR so kept tables survive it"),
     (re.compile(r"(?:java\.lang\.OutOfMemoryError|SparkOutOfMemoryError)[^\n]{0,200}"),
-     "Spark ran out of memory ({0}): raise spark.executor.memory (or spark.driver.memory), "
-     "or spark.sql.shuffle.partitions so each task holds less"),
+     "Spark ran out of memory ({0}): raise spark.executor.memory (or the driver's: "
+     "SPARK_DRIVER_MEMORY=4g), or spark.sql.shuffle.partitions so each task holds less"),
     (re.compile(r"(?:All masters are unresponsive|Master removed our application|"
-                r"Cannot call methods on a stopped SparkContext)[^\n]{0,120}"),
+                r"Cannot call methods on a stopped SparkContext|"
+                r"cancelled because SparkContext was shut down)[^\n]{0,120}"),
      "the Spark application stopped ({0}): check the master (--spark-master) and its workers"),
 )
 
@@ -283,13 +337,33 @@ _FAILURES = (
 def spark_failure(exc: BaseException) -> EnvironmentProblem | None:
     """One line naming the cause and the setting to change, for a failure of the cluster
     (exit 3); None for anything else, which stays an internal error."""
-    text = str(exc)
+    text = f"{exc}\n{java_cause(exc)}"
     for pattern, message in _FAILURES:
         found = pattern.search(text)
         if found:
             quoted = " ".join(found.group(0).split())
             return EnvironmentProblem(message.format(quoted[:240]))
     return None
+
+
+def java_cause(exc: BaseException) -> str:
+    """The innermost Java exception behind a py4j error, as Java prints it (``class:
+    message``), or ''. pyspark's own first line ("An error occurred while calling
+    o29.sql.") names only the call; the cause names what went wrong."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return ""
+    try:
+        while java.getCause() is not None:
+            java = java.getCause()
+        return " ".join(str(java.toString()).split())[:300]
+    except Exception:       # the JVM gone with the failure: nothing more to ask it
+        return ""
+
+
+def spark_error_text(exc: BaseException) -> str:
+    """What a one-line message quotes of a Spark error: the Java cause when there is one."""
+    return java_cause(exc) or first_line(exc)
 
 
 def _on_path(program: str) -> bool:
