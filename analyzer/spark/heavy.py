@@ -62,6 +62,7 @@ def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None
     say = progress or (lambda _msg: None)
     views, split = discover_views(), scaleout_split()
     known = portable.spark_macros(repeat_n, config)
+    shared = shared_views(views, split.heavy)
     create_relations(spark)
     for name in dependency_order(views):
         if name not in split.heavy:
@@ -78,13 +79,26 @@ def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None
             if failure is not None:
                 raise failure from None
             raise InternalError(f"{view.path}: Spark cannot run view {name}: {spark_error_text(exc)}") from None
-        if view.materialized:
+        if view.materialized or name in shared:
             say(f"computing {name} on Spark")
             frame = materialize(frame)
         frame.createOrReplaceTempView(name)
     # one id per uid among the rounds, and written link keys that name each round's parent
     check_spark_link_keys(spark, summary, ROUND_AGGREGATES)
     return {name: spark.table(name).drop(*columns) for name, columns in split.fetched.items()}
+
+
+def shared_views(views: dict, heavy) -> set[str]:
+    """The plain heavy views that two or more heavy views read: kept on Spark too. Spark
+    computes a plain view again in every job that reads it (matched_units once for each of
+    the four matched_* tables, request_acceptance for each of its four readers), where
+    DuckDB's tables read it within one process; kept once, each reader scans the result."""
+    readers = {name: 0 for name in heavy}
+    for name in heavy:
+        for ref in views[name].references & readers.keys():
+            if ref != name:
+                readers[ref] += 1
+    return {name for name, n in readers.items() if n >= 2 and not views[name].materialized}
 
 
 def reduced_frames(spark, summary: LoadSummary, progress: Progress | None = None, config=None,
