@@ -463,3 +463,21 @@ def test_the_users_session_is_left_as_it_was(spark, tmp_path):
         users_cached.unpersist()
         spark.catalog.dropTempView("users_own")
         spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
+def test_views_two_heavy_views_read_are_kept_once():
+    # Spark recomputes a plain view in every job that reads it: the plain heavy views read
+    # by two or more heavy views are kept, and which they are follows from the SQL's references
+    from analyzer.analysis.views import discover_views, scaleout_split
+    from analyzer.spark.heavy import shared_views
+
+    views, heavy = discover_views(), scaleout_split().heavy
+    shared = shared_views(views, heavy)
+    assert {"matched_units", "request_acceptance", "request_anomalies", "request_latency"} <= shared
+    for name in shared:
+        assert not views[name].materialized
+        assert sum(name in views[r].references for r in heavy if r != name) >= 2
+    # a plain heavy view with one heavy reader stays a view
+    single = [n for n in heavy if not views[n].materialized and n not in shared
+              and sum(n in views[r].references for r in heavy if r != n) == 1]
+    assert single and not set(single) & shared
