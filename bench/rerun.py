@@ -3,6 +3,7 @@ over that date alone (issue 26's third figure).
 
     python bench/rerun.py                       # 31 dates of about 1.6M rounds each (50M in all)
     python bench/rerun.py --rounds-per-date 200000 --dates 31
+    python bench/rerun.py --layout date-dep     # rounds under date=…/dep=…/, requests and steps by date
 
 It writes the dated traces once, under bench/data/dated-N-D/: one day of `specan simulate --rounds N
 --no-tokens` (cached as bench/data/fast-N), copied into D `date=` partitions of requests, steps and
@@ -42,9 +43,9 @@ FIRST_DATE = dt.date(2026, 11, 1)
 TIME_COLUMNS = {"requests": ("arrival_time", "first_token_time", "finish_time"), "steps": ("start_time",)}
 
 
-def dated_traces(rounds_per_date: int, dates: int) -> Path:
+def dated_traces(rounds_per_date: int, dates: int, layout: str = "date") -> Path:
     base = traces_for(rounds_per_date)
-    out = DATA / f"dated-{rounds_per_date}-{dates}"
+    out = DATA / (f"dated-{rounds_per_date}-{dates}" + ("" if layout == "date" else f"-{layout}"))
     if (out / ".complete").exists():
         return out
     print(f"writing {dates} dates of {base.name} into {out}", flush=True)
@@ -53,18 +54,28 @@ def dated_traces(rounds_per_date: int, dates: int) -> Path:
     shutil.copy(base / "deployments.parquet", out / "deployments.parquet")
     con = duckdb.connect()
     for day in range(dates):
-        write_date(con, base, out, FIRST_DATE + dt.timedelta(days=day), day)
+        write_date(con, base, out, FIRST_DATE + dt.timedelta(days=day), day, layout)
     (out / ".complete").touch()
     return out
 
 
-def write_date(con: duckdb.DuckDBPyConnection, base: Path, out: Path, date: dt.date, shift_days: int) -> None:
+def write_date(con: duckdb.DuckDBPyConnection, base: Path, out: Path, date: dt.date, shift_days: int,
+               layout: str = "date") -> None:
     for table in ("requests", "steps", "rounds"):
         folder = out / table / f"date={date.isoformat()}"
         folder.mkdir(parents=True, exist_ok=True)
         for source in sorted((base / table).glob("*.parquet")):
             target = folder / source.name
             moved = TIME_COLUMNS.get(table, ())
+            if table == "rounds" and layout == "date-dep":
+                # a fleet's layout: each deployment's rounds in a folder of its own under the date
+                deps = [d for (d,) in con.execute(f"select distinct deployment_id from read_parquet('{source}') "
+                                                  "order by 1").fetchall()]
+                for dep in deps:
+                    (folder / f"dep={dep}").mkdir(exist_ok=True)
+                    con.execute(f"copy (select * from read_parquet('{source}') where deployment_id = ?) "
+                                f"to '{folder / f'dep={dep}' / source.name}' (format parquet)", [dep])
+                continue
             if not moved:
                 shutil.copy(source, target)
                 continue
@@ -80,8 +91,11 @@ def one_date_view(traces: Path, date: dt.date, into: Path) -> Path:
     for table in ("requests", "steps", "rounds"):
         folder = into / table / f"date={date.isoformat()}"
         folder.mkdir(parents=True)
-        for source in sorted((traces / table / f"date={date.isoformat()}").glob("*.parquet")):
-            (folder / source.name).symlink_to(source)     # file links: a glob does not enter linked folders
+        dated = traces / table / f"date={date.isoformat()}"
+        for source in sorted(dated.rglob("*.parquet")):
+            link = folder / source.relative_to(dated)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(source)     # file links: a glob does not enter linked folders
     return into
 
 
@@ -94,21 +108,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds-per-date", type=int, default=1_612_903, help="about 50M rounds over 31 dates")
     parser.add_argument("--dates", type=int, default=31)
+    parser.add_argument("--layout", choices=("date", "date-dep"), default="date",
+                        help="date-dep: rounds under date=…/dep=…/, requests and steps under date=…/")
     parser.add_argument("--out", default=str(RESULTS / "rerun.json"))
     parser.add_argument("report_options", nargs="*", help="more options for specan report (after --)")
     args = parser.parse_args()
-    traces = dated_traces(args.rounds_per_date, args.dates)
+    traces = dated_traces(args.rounds_per_date, args.dates, args.layout)
     newest = FIRST_DATE + dt.timedelta(days=args.dates - 1)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         cache = ["--cache-dir", str(tmp / "cache")]
-        row = {"rounds_per_date": args.rounds_per_date, "dates": args.dates,
+        row = {"rounds_per_date": args.rounds_per_date, "dates": args.dates, "layout": args.layout,
                "all": report(traces, tmp / "all.json", cache + args.report_options)}
         # one new date lands: the newest date's files are written again (new modification times)
         con = duckdb.connect()
         for table in ("requests", "steps", "rounds"):
             shutil.rmtree(traces / table / f"date={newest.isoformat()}")
-        write_date(con, traces_for(args.rounds_per_date), traces, newest, args.dates - 1)
+        write_date(con, traces_for(args.rounds_per_date), traces, newest, args.dates - 1, args.layout)
         row["again"] = report(traces, tmp / "again.json", cache + args.report_options)
         row["one"] = report(one_date_view(traces, newest, tmp / "one"), tmp / "one.json",
                             ["--no-cache", *args.report_options])

@@ -374,3 +374,36 @@ def test_no_cache_home_means_no_cache(monkeypatch):
     assert cache_store.default_cache_dir() is None
     monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
     assert cache_store.default_cache_dir() == Path("/somewhere/specan")
+
+
+def test_rounds_partitioned_by_date_and_deployment_are_units_by_date(small, tmp_path):
+    # the layout of a fleet: rounds/date=…/dep=…/, the requests and steps by date only. A unit
+    # is the partition columns every table shares (the date), so a new date is the only one read
+    traces = tmp_path / "traces"
+    for table in ("deployments", "requests", "steps"):
+        shutil.copytree(small / table, traces / table)
+    for folder in sorted((small / "rounds").glob("date=*")):
+        (part,) = folder.glob("*.parquet")
+        rounds = pq.read_table(part)
+        for dep in sorted(set(rounds.column("deployment_id").to_pylist())):
+            out = traces / "rounds" / folder.name / f"dep={dep}"
+            out.mkdir(parents=True)
+            pq.write_table(rounds.filter(pa.compute.equal(rounds.column("deployment_id"), dep)), out / "part-0.parquet")
+    assert len(list((traces / "rounds").glob("date=*/dep=*/*.parquet"))) > 3
+    found = discover(traces)
+    plans = {t: table_plan(found[t], s, found) for t, s in load_schemas().items()}
+    assert [u.label for u in plan_units(found, plans, 3)] == [f"date=2026-11-{d}" for d in (26, 27, 28)]
+
+    newest = {t: traces / t / "date=2026-11-28" for t in ("deployments", "requests", "steps", "rounds")}
+    aside = tmp_path / "aside"
+    for table, folder in newest.items():
+        shutil.move(folder, aside / table)
+    cache = api.Cache(tmp_path / "cache")
+    _, first = tables(traces, cache)
+    assert (first.units, first.computed) == (2, 2)
+    for table, folder in newest.items():
+        shutil.move(aside / table, folder)
+    landed, stats = tables(traces, cache)
+    assert (stats.units, stats.read, stats.computed, stats.checks) == (3, 2, 1, "per unit")
+    assert landed == tables(traces, None)[0]
+    assert document(traces, cache)[0] == document(traces, None)[0]

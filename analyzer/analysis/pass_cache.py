@@ -8,12 +8,14 @@ keeps each unit's results in the cache (``cache_store``), and merges the units'
 results into the tables the views would have built (docs/performance.md, "The
 cache of the passes").
 
-A trace unit is one partition of the rounds (``date=2026-11-28``) when the requests
-and the steps are partitioned by the same columns: every key and link key then
-holds the partition values (``ingest.rules``, "Join keys"), so no rule and no
-pass relates rows of two partitions, and a unit's results depend only on its own
+A trace unit is one partition (``date=2026-11-28``) of the partition columns the
+rounds, the requests and the steps share (``shared_partition_columns``: rounds under
+``date=…/dep=…/`` beside requests under ``date=…/`` give dates): every key and link
+key then holds those partition values (``ingest.rules``, "Join keys"), so no rule
+and no pass relates rows of two units, and a unit's results depend only on its own
 files (and on the deployments of its partition, or all of them when the
-deployments are not partitioned alike). Otherwise the whole trace is one unit.
+deployments are not partitioned by those columns). Without shared partition
+columns the whole trace is one unit.
 
 Exact by construction:
 
@@ -205,17 +207,28 @@ def _footer_digest(path: Path) -> str:
         return hashlib.sha256(f.read(length) + tail).hexdigest()
 
 
+def shared_partition_columns(found: dict[str, TableFiles]) -> list[str]:
+    """The columns a trace unit is a partition of: those the rounds, the requests and the
+    steps (the tables present) are all partitioned by, every file of each carrying them.
+    With rounds under ``rounds/date=…/dep=…/`` and requests and steps under ``date=…/``,
+    a unit is a date. Every key holds its table's partition values and every join
+    matches the partition columns two tables share (``ingest.rules``, "Join keys"), so a
+    round, its request, its step and the rounds a rule compares it with are all in its
+    unit. [] (the whole trace is one unit) when they share none."""
+    tables = ["rounds"] + [t for t in ("requests", "steps") if found[t].present]
+    shared = set(found["rounds"].partitions)
+    for table in tables[1:]:
+        shared &= set(found[table].partitions)
+    every_file = all(shared <= set(found[t].file_partitions[p]) for t in tables for p in found[t].files)
+    return sorted(shared) if shared and every_file else []
+
+
 def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], repeat_n: int,
                deployments_digest: str = "") -> list[Unit]:
     """The trace's units, each with its key. ``deployments_digest``: a hash of the clean
     deployments table, which passes read (cost_steps: a deployment's method), and which a
     new date's deployments file may change."""
-    partitions = sorted(found["rounds"].partitions)
-    linked = [t for t in ("requests", "steps") if found[t].present]
-    alike = bool(partitions) and all(sorted(found[t].partitions) == partitions for t in linked) and all(
-        set(found["rounds"].file_partitions[p]) == set(partitions) for p in found["rounds"].files)
-    if not alike:
-        partitions = []
+    partitions = shared_partition_columns(found)
     shared = {
         "specan": __version__,
         "code": code_digest(),
@@ -225,7 +238,10 @@ def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], 
         "partitions": partitions,
         "plans": {t: _canonical(p) for t, p in sorted(plans.items())},
     }
-    deployments_alike = bool(partitions) and sorted(found["deployments"].partitions) == partitions
+    # deployments partitioned by (at least) the unit's columns: a unit's rounds can only name
+    # the deployments of its own partition (a join matches every partition column shared)
+    deployments_alike = bool(partitions) and set(partitions) <= set(found["deployments"].partitions) and all(
+        set(partitions) <= set(found["deployments"].file_partitions[p]) for p in found["deployments"].files)
 
     def files_of(table: str, values: dict[str, str] | None) -> list[list]:
         entry = found[table]
