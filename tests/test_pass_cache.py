@@ -139,8 +139,8 @@ def test_a_changed_date_gives_the_numbers_of_its_new_files(small, tmp_path):
     assert after != before
 
 
-def test_a_new_date_is_the_only_one_read(small, tmp_path):
-    traces = copy_of(small, tmp_path / "traces")
+def cached_before_the_newest_date(traces: Path, tmp_path: Path) -> api.Cache:
+    """A cache filled by a run without the newest date (2026-11-28), which then lands."""
     newest = {t: traces / t / "date=2026-11-28" for t in ("deployments", "requests", "steps", "rounds")}
     aside = tmp_path / "aside"
     for table, folder in newest.items():
@@ -150,6 +150,12 @@ def test_a_new_date_is_the_only_one_read(small, tmp_path):
     assert (first.units, first.computed) == (2, 2)
     for table, folder in newest.items():
         shutil.move(aside / table, folder)
+    return cache
+
+
+def test_a_new_date_is_the_only_one_read(small, tmp_path):
+    traces = copy_of(small, tmp_path / "traces")
+    cache = cached_before_the_newest_date(traces, tmp_path)
     landed, stats = document(traces, cache)
     assert (stats.units, stats.read, stats.computed) == (3, 2, 1)
     assert landed == document(traces, None)[0]
@@ -394,15 +400,7 @@ def test_rounds_partitioned_by_date_and_deployment_are_units_by_date(small, tmp_
     plans = {t: table_plan(found[t], s, found) for t, s in load_schemas().items()}
     assert [u.label for u in plan_units(found, plans, 3)] == [f"date=2026-11-{d}" for d in (26, 27, 28)]
 
-    newest = {t: traces / t / "date=2026-11-28" for t in ("deployments", "requests", "steps", "rounds")}
-    aside = tmp_path / "aside"
-    for table, folder in newest.items():
-        shutil.move(folder, aside / table)
-    cache = api.Cache(tmp_path / "cache")
-    _, first = tables(traces, cache)
-    assert (first.units, first.computed) == (2, 2)
-    for table, folder in newest.items():
-        shutil.move(aside / table, folder)
+    cache = cached_before_the_newest_date(traces, tmp_path)
     landed, stats = tables(traces, cache)
     assert (stats.units, stats.read, stats.computed, stats.checks) == (3, 2, 1, "per unit")
     assert landed == tables(traces, None)[0]
