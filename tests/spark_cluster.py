@@ -51,23 +51,28 @@ class Cluster:
     def executor_pids(self) -> list[int]:
         """The process ids of the worker's executor JVMs: children of the worker, in its
         process group (read from /proc: ps cuts its lines at 80 columns off a terminal)."""
-        worker, found = self.processes[-1].pid, []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                stat = (proc / "stat").read_text()
-                command = (proc / "cmdline").read_bytes()
-            except OSError:                 # ended while listed
-                continue
-            group = int(stat.rsplit(")", 1)[1].split()[2])     # pid (comm) state ppid pgrp
-            if group == worker and b"CoarseGrainedExecutorBackend" in command:
-                found.append(int(proc.name))
-        return sorted(found)
+        worker = self.processes[-1].pid
+        return sorted(pid for pid, _parent, group, command in processes()
+                      if group == worker and b"CoarseGrainedExecutorBackend" in b" ".join(command))
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
                          for p in sorted(self.log_dir.glob("*.log")))
+
+
+def processes():
+    """(pid, parent pid, process group, command line split at NULs) of every process, read
+    from /proc: ps cuts its lines at 80 columns off a terminal."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            command = (proc / "cmdline").read_bytes()
+        except OSError:                 # ended while listed
+            continue
+        fields = stat.rsplit(")", 1)[1].split()     # pid (comm) state ppid pgrp
+        yield int(proc.name), int(fields[1]), int(fields[2]), command.split(b"\0")
 
 
 def free_port() -> int:

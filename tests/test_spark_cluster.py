@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from analyzer import api
-from spark_cluster import APP_CORES, HOST, cluster_environment, spark_home, start_cluster
+from spark_cluster import APP_CORES, HOST, cluster_environment, processes, spark_home, start_cluster
 from test_spark import differences, document
 # the parity tests whose work differs on a cluster, collected again here with this module's
 # `spark` fixture (the cluster)
@@ -134,15 +134,6 @@ def test_a_lost_executor_is_recomputed_and_the_report_completes(cluster, tmp_pat
 
 def driver_heaps(parent: int) -> list[str]:
     """The -Xmx of the driver JVMs a process started (its children running SparkSubmit)."""
-    heaps = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-            command = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"org.apache.spark.deploy.SparkSubmit" in command:
-            heaps += [a.decode() for a in command if a.startswith(b"-Xmx")]
-    return heaps
+    return [arg.decode() for _pid, ppid, _group, command in processes()
+            if ppid == parent and b"org.apache.spark.deploy.SparkSubmit" in command
+            for arg in command if arg.startswith(b"-Xmx")]

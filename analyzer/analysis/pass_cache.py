@@ -219,8 +219,12 @@ def shared_partition_columns(found: dict[str, TableFiles]) -> list[str]:
     shared = set(found["rounds"].partitions)
     for table in tables[1:]:
         shared &= set(found[table].partitions)
-    every_file = all(shared <= set(found[t].file_partitions[p]) for t in tables for p in found[t].files)
-    return sorted(shared) if shared and every_file else []
+    return sorted(shared) if shared and all(_in_every_file(found[t], shared) for t in tables) else []
+
+
+def _in_every_file(entry: TableFiles, columns) -> bool:
+    """Whether every file of a table sits under a partition folder of each of ``columns``."""
+    return all(set(columns) <= set(entry.file_partitions[p]) for p in entry.files)
 
 
 def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], repeat_n: int,
@@ -240,8 +244,7 @@ def plan_units(found: dict[str, TableFiles], plans: dict[str, rules.TablePlan], 
     }
     # deployments partitioned by (at least) the unit's columns: a unit's rounds can only name
     # the deployments of its own partition (a join matches every partition column shared)
-    deployments_alike = bool(partitions) and set(partitions) <= set(found["deployments"].partitions) and all(
-        set(partitions) <= set(found["deployments"].file_partitions[p]) for p in found["deployments"].files)
+    deployments_alike = bool(partitions) and _in_every_file(found["deployments"], partitions)
 
     def files_of(table: str, values: dict[str, str] | None) -> list[list]:
         entry = found[table]
