@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,8 +103,13 @@ class Workspace:
     cache: CacheStats | None = None
     # the Spark engine: what came back to the driver (analyzer.spark.Fetched)
     fetched: object | None = None
+    # the cache's writer of a first run's units (pass_cache.CachedPasses.finish): waited for on close
+    finish_cache: Callable[[], None] | None = None
 
     def close(self) -> None:
+        if self.finish_cache is not None:
+            finish, self.finish_cache = self.finish_cache, None
+            finish()
         self.con.close()
         if self.workdir is not None:
             remove_temp_dir(self.workdir)
@@ -296,6 +302,7 @@ def _open_cached(traces, hashed_links: frozenset[str], *, cache: Cache | None, v
         raise
     passes.commit()
     ws.cache = passes.stats
+    ws.finish_cache = passes.finish        # the writer of a first run's units, joined on close
     return ws
 
 
@@ -310,6 +317,7 @@ def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, p
     except BaseException:
         remove_temp_dir(workdir)
         raise
+    row_pass_hooks = passes
     try:
         # The rounds are read in place when the views are built: their aggregates count the
         # rules that read other rows. Without views (validate) the rounds are copied.
@@ -337,6 +345,8 @@ def _open_scratch(traces, hashed_links: frozenset[str], *, date, memory_limit, p
         if passes is None or not passes.check_link_keys(con, summary.rows_without_uid):
             _check_link_keys(con, summary, ROUND_AGGREGATES if views else None)
     except BaseException:
+        if row_pass_hooks is not None:
+            row_pass_hooks.abandon()        # its writer reads this connection's tables: stopped first
         Workspace(con, None, workdir).close()
         raise
     return Workspace(con, summary, workdir, slices=slices)

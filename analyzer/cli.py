@@ -380,12 +380,12 @@ def report(traces: str, fmt: str, output: Path | None, config_path: Path | None,
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, repeat_n=repeat_n, temp_dir=temp_dir,
                          engine=engine, spark_master=spark_master, spark_checkpoint_dir=spark_checkpoint_dir, by=by,
                          cache=_cache(), rejected_out=rejected_out, config=config)
-    _say_cache(ws, show)
     _say_fetched(ws, show)
     try:
         doc = api.report_document(ws, config=config, progress=show)
     finally:
-        ws.close()
+        ws.close()      # a first run's units are written meanwhile: said once they are
+        _say_cache(ws, show)
     show(f"rendering {fmt}")
     _emit(api.render_report(doc, fmt), output)
     if check:
@@ -691,13 +691,13 @@ def recommend(traces: Path, deployment_id: str, by_context: bool, fmt: str, conf
     show = _progress(progress)
     config = api.load_config(config_path)
     ws = api.open_traces(traces, memory_limit=memory_limit, progress=show, temp_dir=temp_dir, cache=_cache())
-    _say_cache(ws, show)
     try:
         if show.enabled:
             show(f"fitting round costs of {deployment_id}")
         result = api.recommend(ws, deployment_id, by_context=by_context, config=config)
     finally:
         ws.close()
+        _say_cache(ws, show)
     click.echo(api.render_recommend(result, fmt), nl=False)
 
 

@@ -20,7 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer import api
-from analyzer.analysis.pass_cache import declared_merges, plan_units, round_passes
+from analyzer.analysis import cache_store
+from analyzer.analysis.pass_cache import CachedPasses, declared_merges, plan_units, round_passes
 from analyzer.analysis.views import dependency_order, discover_views
 from analyzer.cli import main
 from analyzer.ingest.load import discover, table_plan
@@ -105,12 +106,16 @@ def test_merged_tables_equal_one_pass_row_for_row_and_type_for_type(small, tmp_p
     merged, stats = tables(small, cache)
     assert stats.read == 3
     assert merged == exact
-    # the cells really were re-summed: cells of several dates became one
-    per_unit = 0
+    # the gap counts really were re-summed: one gap length of several dates became one row;
+    # round_group_cells keeps each request partition's cells apart (request_partition), so
+    # the dates' cells are all its rows
+    per_unit = {"itl_histogram": 0, "round_group_cells": 0}
     for entry in (tmp_path / "cache" / "passes-v1").glob("*.duckdb"):
         with duckdb.connect(str(entry), read_only=True) as con:
-            per_unit += con.execute("select count(*) from round_group_cells").fetchone()[0]
-    assert per_unit > len(merged["round_group_cells"][1]) > 0
+            for name in per_unit:
+                per_unit[name] += con.execute(f"select count(*) from {name}").fetchone()[0]
+    assert per_unit["itl_histogram"] > len(merged["itl_histogram"][1]) > 0
+    assert per_unit["round_group_cells"] == len(merged["round_group_cells"][1]) > 0
 
 
 def test_a_date_rewritten_is_read_again_and_the_others_are_not(small, tmp_path):
@@ -405,3 +410,86 @@ def test_rounds_partitioned_by_date_and_deployment_are_units_by_date(small, tmp_
     assert (stats.units, stats.read, stats.computed, stats.checks) == (3, 2, 1, "per unit")
     assert landed == tables(traces, None)[0]
     assert document(traces, cache)[0] == document(traces, None)[0]
+
+
+# ---------------------------------------------------------------------------- a first run: one pass, split
+
+
+def entry_tables(cache: Path) -> dict[str, dict[str, tuple]]:
+    """Each kept unit's tables (column types and sorted rows), by unit label."""
+    out = {}
+    for manifest in (cache / "passes-v1").glob("*.json"):
+        meta = json.loads(manifest.read_text())
+        with duckdb.connect(str(manifest.with_suffix(".duckdb")), read_only=True) as con:
+            out[meta["unit"]] = {name: ([tuple(c[:2]) for c in con.execute(f"describe {name}").fetchall()],
+                                        sorted(map(repr, con.execute(f"select * from {name}").fetchall())))
+                                 for name in PASSES}
+    return out
+
+
+def test_a_first_run_splits_one_pass_into_the_units_each_would_compute(small, tmp_path, monkeypatch):
+    # split: one pass over the three dates, each date's rows written off the report's path
+    split = api.Cache(tmp_path / "split")
+    cold, stats = document(small, split)
+    assert (stats.units, stats.read, stats.computed, stats.written, stats.split) == (3, 0, 3, 3, True)
+    assert cold == document(small, None)[0]
+    # the same units computed one by one (the path a re-run takes for its new dates)
+    monkeypatch.setattr(CachedPasses, "_splits", lambda *args: None)
+    _, one_by_one = document(small, api.Cache(tmp_path / "per-unit"))
+    assert (one_by_one.computed, one_by_one.written, one_by_one.split) == (3, 3, False)
+    kept = entry_tables(tmp_path / "split")
+    assert sorted(kept) == [f"date=2026-11-{d}" for d in (26, 27, 28)]
+    assert kept == entry_tables(tmp_path / "per-unit")          # row for row, type for type
+    monkeypatch.undo()
+    # and read back, they are the one pass
+    merged, again = tables(small, split)
+    assert (again.read, again.computed) == (3, 0)
+    assert merged == tables(small, None)[0]
+
+
+def test_a_row_of_the_one_pass_in_no_unit_keeps_nothing(small, tmp_path, monkeypatch):
+    # a request partition the split cannot place (here: taken out of its map): the cells of
+    # that date would be missing from its unit, so no unit is kept and the report is unchanged
+    original = CachedPasses._write_splits_on
+
+    def losing_a_partition(self, con, *args):
+        con.execute("delete from _specan_unit_partitions where partition = 'date=2026-11-27'")
+        return original(self, con, *args)
+
+    monkeypatch.setattr(CachedPasses, "_write_splits_on", losing_a_partition)
+    cache = api.Cache(tmp_path / "cache")
+    doc, stats = document(small, cache)
+    assert doc == document(small, None)[0]
+    assert stats.written == 0 and not list((tmp_path / "cache" / "passes-v1").glob("*.duckdb"))
+    (problem,) = stats.problems
+    assert problem.startswith("kept no trace unit: rows of one pass over every file are in no unit or in two: "
+                              "round_group_cells (")
+
+
+def test_a_writer_that_fails_is_said_and_the_report_is_unchanged(small, tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_store.Store, "new_database", lambda self: tmp_path / "no such folder" / "x.duckdb")
+    result = CliRunner().invoke(main, ["report", str(small), "--format", "json", "--cache-dir",
+                                       str(tmp_path / "cache"), "-o", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    assert "specan: cache: could not keep date=2026-11-26 in the cache" in result.output
+    assert "Traceback" not in result.output
+    assert json.loads((tmp_path / "r.json").read_text()) == document(small, None)[0]
+    assert not list((tmp_path / "cache" / "passes-v1").glob("*.duckdb"))
+
+
+def test_rejected_requests_compute_each_unit_on_its_own(small, tmp_path):
+    # a clean round of a rejected request has no request partition: the units are computed
+    # one by one, as before the split, and the report is the one without the cache
+    traces = copy_of(small, tmp_path / "traces")
+    path = next((traces / "requests" / "date=2026-11-27").glob("*.parquet"))
+    requests = pq.read_table(path)
+    prompt = requests.column("prompt_tokens").to_pylist()
+    prompt[0] = -5
+    pq.write_table(requests.set_column(requests.schema.get_field_index("prompt_tokens"), "prompt_tokens",
+                                       pa.array(prompt, requests.schema.field("prompt_tokens").type)), path)
+    cache = api.Cache(tmp_path / "cache")
+    cold, stats = tables(traces, cache)
+    assert stats.unused_because is None and (stats.computed, stats.split) == (3, False)
+    exact, _ = tables(traces, None)
+    assert cold == exact and exact["rejected_rows"]
+    assert tables(traces, cache)[0] == exact

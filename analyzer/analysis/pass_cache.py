@@ -43,6 +43,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterator
@@ -54,6 +55,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 from .. import __version__
+from ..errors import first_line
 from ..ingest import rules
 from ..ingest.load import (RoundsInPlace, TableFiles, decide_link_keys, in_place_counts, link_key_hits,
                            table_plan)
@@ -281,6 +283,8 @@ class CacheStats:
     # where the rules that read other rows and the link keys' checks ran: "per unit" (the
     # new units', the others' kept) or "merged" (once, over the merged tables)
     checks: str = ""
+    # a first run's units split off one pass over every file (not computed one by one)
+    split: bool = False
 
     def line(self) -> str:
         if self.unused_because:
@@ -312,6 +316,10 @@ class CachedPasses:
         self.partitioned = False
         self.plan: rules.TablePlan | None = None
         self.found: dict[str, TableFiles] = {}
+        # a first run's units, split off one pass and written off the report's path
+        self.writer: threading.Thread | None = None
+        self.split_written: dict[str, Path] = {}
+        self.approved = False
 
     # -- the load's hook: the row rules that read a row alone, per unit
 
@@ -383,6 +391,7 @@ class CachedPasses:
               create: Callable[[View], None]) -> set[str]:
         """Create the passes (and the plain views they read) in ``con``; return their names."""
         merges = declared_merges()
+        self._views = views
         passes = round_passes(views, order, set(merges))
         missing = [p for p in passes if p not in merges]
         if missing:
@@ -400,6 +409,20 @@ class CachedPasses:
         # zero over the merged tables, since a unit's keys are its own.
         self.per_unit = bool(self.entries) and len(new) <= len(self.units) // 2
         self.stats.checks = "per unit" if self.per_unit else "merged"
+        splits = None if self.per_unit else self._splits(con, views, passes, merges)
+        if splits is not None:
+            # A first run (or most units new): the passes once over every file, exactly as
+            # without the cache, and each new unit's rows split off those tables (a unit is a
+            # union of partitions, and every row of a pass belongs to one: its key's, or its
+            # request_partition's). 31 passes over 31 dates cost about twice one pass.
+            for name in passes:
+                create(views[name], shared=True)
+            self._start_writer(con, new, passes, splits)
+            self.stats.computed = len(new)
+            self.stats.split = True
+            self.passes = passes
+            self.built = True
+            return set(plain) | set(passes)
         for index, unit in enumerate(new, 1):
             self.say(f"computing the passes over the rounds of {unit.label} ({index} of {len(new)})")
             with self._unit_inputs(con, unit):
@@ -423,9 +446,150 @@ class CachedPasses:
         self.built = True
         return set(plain) | set(passes)
 
+    def _splits(self, con: duckdb.DuckDBPyConnection, views: dict[str, View], passes: list[str],
+                merges: dict[str, Merge]) -> dict[str, str] | None:
+        """How each pass's rows are told apart by unit, when all of them can be: ``requests``
+        or ``steps`` (a union keyed by a request or a step: the unit of its parent as read,
+        rejected rows included), ``partition`` (cells keyed by ``request_partition``: the
+        unit of those partition values) or ``recompute`` (a pass that reads only passes:
+        computed again over the unit's rows of those). None (each unit is computed on its
+        own) for one unit, a trace without requests or steps, or rejected requests or steps
+        (a clean round of a rejected request has no request_partition)."""
+        if not self.partitioned or len(self.units) < 2 or not all(self.found[t].present for t in ("requests", "steps")):
+            return None
+        for table in ("requests", "steps"):
+            try:
+                if con.execute(f"select count(*) from _rejected_copy_{table}").fetchone()[0]:
+                    return None
+            except duckdb.CatalogException:
+                return None
+        splits = {}
+        for name in passes:
+            merge = merges[name]
+            inputs = views[name].references & (views.keys() | set(UNIT_TABLES))
+            if "request_partition" in merge.key:
+                splits[name] = "partition"
+            elif merge.how == "union" and "request_uid" in merge.key:
+                splits[name] = "requests"
+            elif merge.how == "union" and "step_uid" in merge.key:
+                splits[name] = "steps"
+            elif inputs and inputs <= set(passes[:passes.index(name)]):
+                splits[name] = "recompute"
+            else:
+                return None
+        return splits
+
+    def _start_writer(self, con: duckdb.DuckDBPyConnection, new: list[Unit], passes: list[str],
+                      splits: dict[str, str]) -> None:
+        """Split and write the new units off the report's path: on a connection of its own, in
+        a thread, while the report goes on over the same tables (``finish`` waits for it). The
+        unit of every request, step and request partition is worked out here, as tables that
+        connection can read (the workspace's temporary objects are its own)."""
+        unit_of = "case " + " ".join(f"when {u.filter_sql()} then {i}" for i, u in enumerate(new)) + " end"
+        for table, uid in (("requests", "request_uid"), ("steps", "step_uid")):
+            con.execute(f"create or replace table _specan_unit_{table} as select deployment_id, {uid}, "
+                        f"{unit_of} as unit from {rules.parents_as_read_sql(table)} as p")
+        con.execute("create or replace table _specan_unit_partitions as select distinct p.partition, u.unit "
+                    "from request_partitions as p join _specan_unit_requests as u using (request_uid)")
+        cursor = con.cursor()
+        self.writer = threading.Thread(target=self._write_splits, args=(cursor, new, passes, splits),
+                                       name="specan-cache-writer", daemon=True)
+        self.writer.start()
+
+    def _write_splits(self, con: duckdb.DuckDBPyConnection, new: list[Unit], passes: list[str],
+                      splits: dict[str, str]) -> None:
+        """Write each new unit's rows of the passes (the tables of one pass over every file) to
+        a database of its own, kept once the caller's checks find nothing (``commit``).
+        Every row of a split pass must land in exactly one unit: else nothing is kept. Runs in
+        the writer thread on a connection of its own: a failure is a problem said, never the
+        report's."""
+        try:
+            self._write_splits_on(con, new, passes, splits)
+        except Exception as exc:            # in a thread of its own: said, never raised
+            self.stats.problems.append(f"kept no trace unit ({first_line(exc)})")
+            for target in self.split_written.values():
+                self.store.discard(target)
+            self.split_written.clear()
+        finally:
+            con.close()
+
+    def _write_splits_on(self, con: duckdb.DuckDBPyConnection, new: list[Unit], passes: list[str],
+                         splits: dict[str, str]) -> None:
+        select = {
+            "requests": "select x.* from \"{name}\" as x semi join _specan_unit_requests as u "
+                        "on u.deployment_id = x.deployment_id and u.request_uid = x.request_uid and u.unit = {i}",
+            "steps": "select x.* from \"{name}\" as x semi join _specan_unit_steps as u "
+                     "on u.deployment_id = x.deployment_id and u.step_uid = x.step_uid and u.unit = {i}",
+            "partition": "select x.* from \"{name}\" as x semi join _specan_unit_partitions as u "
+                         "on u.partition = x.request_partition and u.unit = {i}",
+        }
+        split_rows = {name: 0 for name in passes if splits[name] != "recompute"}
+        written = self.split_written
+        try:
+            for i, unit in enumerate(new):
+                target = self.store.new_database()
+                try:
+                    con.execute(f"attach '{target}' as _specan_split")
+                    try:
+                        for name in passes:
+                            if splits[name] == "recompute":
+                                # its inputs are passes: the unit's rows of them, under their names
+                                inputs = sorted(self._views[name].references & set(passes))
+                                shadow = ", ".join(f'"{r}" as (select * from _specan_split."{r}")' for r in inputs)
+                                sql = f"with {shadow} select * from (\n{self._views[name].sql}\n)"
+                            else:
+                                sql = select[splits[name]].format(name=name, i=i)
+                            con.execute(f'create table _specan_split."{name}" as {sql}')
+                            if name in split_rows:
+                                split_rows[name] += con.execute(
+                                    f'select count(*) from _specan_split."{name}"').fetchone()[0]
+                    finally:
+                        con.execute("detach _specan_split")
+                except (OSError, duckdb.IOException) as exc:
+                    self.store.discard(target)
+                    self.stats.problems.append(f"could not keep {unit.label} in the cache ({exc})")
+                    continue
+                written[unit.key] = target
+            in_tables = {name: con.execute(f'select count(*) from "{name}"').fetchone()[0] for name in split_rows}
+            lost = [f"{name} ({in_tables[name]} rows, {n} in units)" for name, n in split_rows.items()
+                    if n != in_tables[name]]
+            if lost and written:
+                # a row in no unit (or in two): keeping these would give a later run other tables
+                self.stats.problems.append("kept no trace unit: rows of one pass over every file are in no "
+                                           f"unit or in two: {', '.join(lost)}")
+                for target in written.values():
+                    self.store.discard(target)
+                written.clear()
+        finally:
+            for table in ("requests", "steps", "partitions"):
+                con.execute(f"drop table if exists _specan_unit_{table}")
+
     def commit(self) -> None:
         """The caller's checks over the merged tables found nothing: keep the deferred units
-        (with no findings), then bound the folder."""
+        (with no findings), then bound the folder; with the writer still at work, ``finish``
+        does that."""
+        self.approved = True
+        if self.writer is not None:
+            return
+        self._keep_deferred()
+
+    def finish(self) -> None:
+        """Wait for the writer (before the workspace's connection closes), then keep what it
+        wrote if the run's checks found nothing (``commit``), else none of it."""
+        if self.writer is None:
+            return
+        if self.writer.is_alive():
+            self.say(f"keeping {self.stats.computed} trace units in the cache")
+        self.writer.join()
+        self.writer = None
+        self.deferred.update(self.split_written)
+        self.split_written = {}
+        if self.approved:
+            self._keep_deferred()
+        else:
+            self.abandon()
+
+    def _keep_deferred(self) -> None:
         for unit in self.units:
             written = self.deferred.pop(unit.key, None)
             if written is not None:
@@ -439,6 +603,10 @@ class CachedPasses:
     def abandon(self) -> None:
         """The run did not take the units' tables (a rule broken, link keys refused): keep none
         of the deferred units."""
+        self.approved = False
+        if self.writer is not None:
+            self.finish()
+            return
         for written in self.deferred.values():
             self.store.discard(written)
         self.deferred.clear()
@@ -601,7 +769,12 @@ class CachedPasses:
 
     def release(self, con: duckdb.DuckDBPyConnection) -> None:
         """Drop the merged views and detach the entries (before the passes are built again
-        without the cache: the exact path)."""
+        without the cache: the exact path), and the tables of a first run's one pass, once its
+        writer has stopped (it reads them)."""
+        self.abandon()
+        if self.stats.split:
+            for name in self.passes:
+                con.execute(f'drop table if exists main."{name}"')
         for name in self.merged_views:
             con.execute(f'drop view if exists "{name}"')
         for alias in self.attached:
@@ -610,7 +783,6 @@ class CachedPasses:
                                  "where table_name like '\\_specan\\_unit\\_%' escape '\\'").fetchall():
             con.execute(f'drop table "{table[0]}"')
         self.merged_views, self.attached = [], []
-        self.abandon()
 
 
 def _jsonable(hits: dict[str, dict[str, tuple | None]]) -> dict[str, dict[str, list | None]]:

@@ -286,7 +286,9 @@ def create_views(con: duckdb.DuckDBPyConnection, sql_dir: Path | None = None, *,
     create_request_partitions(con, temporary=temporary)
     views = discover_views(sql_dir)
     order = dependency_order(views)
-    built = passes.build(con, views, order, lambda v: _create(con, v, temporary, progress)) if passes else set()
+    # shared: a table another connection of the database can read (the cache's writer)
+    built = passes.build(con, views, order, lambda v, shared=False: _create(con, v, temporary and not shared, progress)) \
+        if passes else set()
     for name in order:
         if name not in built:
             _create(con, views[name], temporary, progress)

@@ -1,8 +1,8 @@
 -- The one pass over the rounds joined to their steps and their requests: the rounds
 -- summed by request group and by everything a round's step, context and request say
 -- about it.
--- Grain: one row per (deployment_id, request_group, category, has_step, batch_position,
--- decode_only, parts_overlap, context_kib, d, k) that has clean rounds.
+-- Grain: one row per (deployment_id, request_group, category, request_partition, has_step,
+-- batch_position, decode_only, parts_overlap, context_kib, d, k) that has clean rounds.
 --
 -- round_cells (per bucket and category), request_group_cells (per request group and
 -- batch bucket, for the bootstrap) and round_histogram (per context bucket, d and k)
@@ -20,6 +20,12 @@
 -- A round's request group is its request's (the macro request_group, the same rule as
 -- request_rounds), joined per round from the requests, never hashed per round, except
 -- for a round whose request has no row: then from its own key, without an arrival time.
+--
+-- request_partition is the request's partition values as text (request_partitions:
+-- 'date=2026-11-28'; null when the requests are not partitioned or the round's request
+-- has no row). No view reads it: it keeps a partition's rounds in rows of their own, so
+-- that the cache of the passes can split this one pass into the trace units it keeps
+-- (analyzer/analysis/pass_cache.py) instead of running it once per unit.
 --
 -- Time sums are DECIMAL (exact_ms), exact in any order: parallel threads add the
 -- rounds in a different order in every run, and a DOUBLE sum would differ in its
@@ -44,10 +50,13 @@ with step_parts as (
 
 request_labels as (
     select
-        request_uid,
-        request_group(deployment_id, request_id, epoch_us(arrival_time)) as request_group,
-        coalesce(category, 'unlabeled') as category
-    from requests
+        q.request_uid,
+        request_group(q.deployment_id, q.request_id, epoch_us(q.arrival_time)) as request_group,
+        coalesce(q.category, 'unlabeled') as category,
+        p.partition as request_partition
+    from requests as q
+    left join request_partitions as p
+        on p.request_uid = q.request_uid
 ),
 
 labelled_rounds as (
@@ -55,6 +64,7 @@ labelled_rounds as (
         r.deployment_id,
         coalesce(q.request_group, request_group(r.deployment_id, r.request_id, null)) as request_group,
         coalesce(q.category, 'unlabeled') as category,
+        q.request_partition,
         s.step_uid is not null as has_step,
         s.batch_position,
         s.decode_only,
@@ -80,6 +90,7 @@ select
     deployment_id,
     request_group,
     category,
+    request_partition,
     has_step,
     batch_position,
     decode_only,
