@@ -29,12 +29,13 @@ at the deployment's own load mix (docs/metrics.md, "Latency against its target")
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .uncertainty import chunk
+from .uncertainty import chunk, scalar_exp
 
 CHECKS = {"ttft_p99_ms": ("ttft", 0.99), "tpot_p95_ms": ("tpot", 0.95), "max_stall_p99_ms": ("max_stall", 0.99)}
 BLOCKS = 32                 # coarse blocks of time per deployment that a replicate weighs
@@ -51,7 +52,7 @@ class Histogram:
     bins: np.ndarray       # value bins (floor(100 · ln ms))
 
     def values(self) -> np.ndarray:
-        return np.where(self.bins == ZERO_BIN, 0.0, np.exp((self.bins + 0.5) / 100))
+        return np.where(self.bins == ZERO_BIN, 0.0, scalar_exp((self.bins + 0.5) / 100))
 
 
 def _quantile(hist: np.ndarray, values: np.ndarray, p: float) -> np.ndarray:
@@ -81,7 +82,7 @@ def _weights(seed: int, deployment: str, metric: str, replicates: int, blocks: i
 # Each replicate reads a percentile as its bin's middle, within half a bin (0.5 %) of any value
 # in the bin: an interval is widened by that on either side, and a ratio of two such by a bin,
 # so quantisation never narrows it (every request at 58.0 ms is no proof of 58.2 ms).
-HALF_BIN = float(np.exp(0.005))
+HALF_BIN = math.exp(0.005)
 
 
 def _interval(samples: np.ndarray, widen: float = HALF_BIN) -> list[float] | None:
@@ -128,7 +129,7 @@ def _matched(hist: Histogram, base: Histogram, counts: np.ndarray, w: np.ndarray
     below it in the full sample (a replicate's p-quantile never falls that far), so the
     replicates' histograms need only those bins."""
     bins = np.union1d(hist.bins, base.bins)
-    values = np.where(bins == ZERO_BIN, 0.0, np.exp((bins + 0.5) / 100))
+    values = np.where(bins == ZERO_BIN, 0.0, scalar_exp((bins + 0.5) / 100))
     d = _on_bins(counts, hist.bins, bins)
     b = _on_bins(_coarse(base.counts), base.bins, bins)
     d_cells = {c: i for i, c in enumerate(hist.cells) if c is not None}

@@ -288,8 +288,8 @@ class MatchedPair:
                 sxy = (yx - tx * time / tokens)
                 sxx = (txx - tx * tx / tokens)
                 ok = tokens > 0
-                num = np.where(ok, sxy, 0).sum(axis=-1)
-                den = np.where(ok, sxx, 0).sum(axis=-1)
+                num = ordered_sum(np.where(ok, sxy, 0), axis=-1)
+                den = ordered_sum(np.where(ok, sxx, 0), axis=-1)
                 kappa = np.where(den > 0, np.maximum(num / np.where(den > 0, den, 1), 0), 0)
             else:
                 kappa = np.zeros(b.shape[0])
@@ -316,9 +316,9 @@ class MatchedPair:
         for i, m in enumerate(masks):
             shares = np.zeros(count)
             np.add.at(shares, strata[m], full[1][m])
-            total = shares.sum()
+            total = float(ordered_sum(shares))
             with np.errstate(divide="ignore", invalid="ignore"):
-                out[:, i] = np.log((ratio * (shares / total)[None, :]).sum(axis=1)) if total > 0 else np.nan
+                out[:, i] = scalar_log(ordered_sum(ratio * (shares / total)[None, :], axis=1)) if total > 0 else np.nan
         return out
 
     def _full_strata(self, count: int, strata: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -352,8 +352,8 @@ class MatchedPair:
         if not self.with_context:
             return 0.0
         tokens, time, tx, txx, yx = (b[:, i] for i in range(5))
-        sxy = float((yx - tx * time / tokens).sum())
-        sxx = float((txx - tx * tx / tokens).sum())
+        sxy = float(ordered_sum(yx - tx * time / tokens))
+        sxx = float(ordered_sum(txx - tx * tx / tokens))
         return max(sxy / sxx, 0.0) if sxx > 0 else 0.0
 
     def steady_blocks(self, side: str, mask: np.ndarray) -> np.ndarray:
@@ -388,6 +388,33 @@ class MatchedPair:
         else:
             d, b = np.broadcast_to(d_total, (k, *d_total.shape)), b_total[None] - grouped
         return self.statistics(d, b, hold=self._hold())
+
+
+def ordered_sum(values, axis: int = -1) -> np.ndarray:
+    """The sum along ``axis`` added in index order, so the same float on every CPU. numpy's own
+    sum adds a contiguous axis pairwise in as many lanes as the CPU's vectors hold (AVX-512
+    gave other last bits than AVX2 on the same sample, and the report is compared byte for
+    byte); a running total (``add.accumulate``) cannot be reassociated. Outer axes
+    (``sum(axis=0)`` of a 2-D array) numpy already adds row after row."""
+    values = np.asarray(values, dtype=float)
+    if values.shape[axis] == 0:
+        return np.sum(values, axis=axis)
+    return np.take(np.add.accumulate(values, axis=axis), -1, axis=axis)
+
+
+def scalar_log(values) -> np.ndarray:
+    """ln of each value with the C library's scalar log (0: -inf, below 0 or nan: nan), the same
+    on every CPU of a platform: numpy's vectorized log and exp take other code paths with
+    AVX-512 and differ there in the last bit."""
+    flat = np.asarray(values, dtype=float).ravel()
+    out = np.array([math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan) for x in flat.tolist()])
+    return out.reshape(np.shape(values))
+
+
+def scalar_exp(values) -> np.ndarray:
+    """e to each value with the C library's scalar exp (see ``scalar_log``)."""
+    flat = np.asarray(values, dtype=float).ravel()
+    return np.array([math.exp(x) for x in flat.tolist()], dtype=float).reshape(np.shape(values))
 
 
 def _chunk_relevant(num_blocks: int, relevant: np.ndarray, length: int) -> np.ndarray:
@@ -479,7 +506,7 @@ def matched_interval(pair: MatchedPair, level: float = 0.95, max_blocks: int | N
                 variance[label][name] = float(var) if np.isfinite(var) else None
     speedup, interval, dfs = {}, {}, {}
     for i, name in enumerate(names):
-        value = float(np.exp(theta[i])) if np.isfinite(theta[i]) else None
+        value = math.exp(theta[i]) if np.isfinite(theta[i]) else None
         speedup[name] = value
         vd, vb = variance["deployment"][name], variance["baseline"][name]
         if value is None or vd is None or vb is None:
@@ -489,7 +516,7 @@ def matched_interval(pair: MatchedPair, level: float = 0.95, max_blocks: int | N
         denominator = (vd * vd / (moving["deployment"][name] - 1)) + (vb * vb / (moving["baseline"][name] - 1))
         df = v * v / denominator if denominator > 0 else math.inf
         half = t_quantile(0.5 + level / 2, df) * math.sqrt(v) if v > 0 else 0.0
-        interval[name] = [float(np.exp(theta[i] - half)), float(np.exp(theta[i] + half))]
+        interval[name] = [math.exp(theta[i] - half), math.exp(theta[i] + half)]
         dfs[name] = df
     return Interval(speedup, interval, coarse, lengths, variance, dfs, moving)
 
