@@ -170,3 +170,22 @@ def test_the_engines_definition_is_stated_once_without_contradicting_itself(tmp_
     assert ("\nThe engine's accept length is the mean of what it printed, rounded as printed, in its own "
             "definition: 1 + accepted / drafts, as vLLM prints it (2 decimals).\n") in report
     assert "recomputed" not in report
+
+
+def test_the_interval_sums_add_in_index_order_on_every_cpu():
+    # numpy's sum adds a contiguous axis pairwise in vector lanes, which differ by CPU; the
+    # intervals' sums are running totals: exactly the left-to-right sum, whatever the machine
+    import functools
+    import operator
+
+    import numpy as np
+
+    from analyzer.analysis.uncertainty import ordered_sum, scalar_exp, scalar_log
+
+    values = np.random.default_rng(7).standard_normal((3, 1000)) * 10.0 ** np.arange(-8, 8, 16 / 1000)
+    for row, total in zip(values, ordered_sum(values, axis=1)):
+        assert total == functools.reduce(operator.add, row.tolist())
+    assert ordered_sum(values[0]) == functools.reduce(operator.add, values[0].tolist())
+    assert ordered_sum(np.zeros((2, 0)), axis=1).tolist() == [0.0, 0.0]
+    assert scalar_log([1.0, 0.0, -1.0]).tolist()[:2] == [0.0, -np.inf] and np.isnan(scalar_log([-1.0])[0])
+    assert scalar_exp(np.array([[0.0, 1.0]])).tolist() == [[1.0, 2.718281828459045]]
