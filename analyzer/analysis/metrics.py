@@ -96,7 +96,9 @@ def collect(con: duckdb.DuckDBPyConnection, summary: LoadSummary, slices: tuple[
         for r in rows(con, "select * from iteration_totals order by deployment_id")}
     benchmarks = {r["deployment_id"]: r for r in rows(con, "select * from benchmark_runs")}
     uncovered = defaultdict(list)
-    for row in rows(con, "select * from speedup_uncovered order by deployment_id, bucket_min"):
+    # a bucket left out for two reasons (two rows): ordered by where each ran, so every run agrees
+    for row in rows(con, "select * from speedup_uncovered "
+                         "order by deployment_id, bucket_min, min_batch_size, reason, baseline_id"):
         uncovered[row["deployment_id"]].append(_pick(row, UNCOVERED_KEYS))
     capacity_by_batch = defaultdict(list)
     for row in rows(con, "select * from capacity_by_batch order by deployment_id, bucket_min"):
