@@ -67,6 +67,15 @@ def tables(traces: Path, cache: api.Cache | None) -> tuple[dict, object]:
         return out, ws.cache
 
 
+def set_first(path: Path, column: str, value) -> None:
+    """Rewrite a Parquet file with the first row's ``column`` set to ``value`` (a rule broken)."""
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    values[0] = value
+    index = table.schema.get_field_index(column)
+    pq.write_table(table.set_column(index, column, pa.array(values, table.schema.field(column).type)), path)
+
+
 def touch_later(path: Path) -> None:
     """A new modification time, the content unchanged (a date rewritten by a pipeline)."""
     info = path.stat()
@@ -183,12 +192,7 @@ def test_traces_without_partitions_are_one_unit(small, tmp_path):
 
 def test_a_round_breaking_a_row_rule_reads_the_files_as_without(small, tmp_path):
     traces = copy_of(small, tmp_path / "traces")
-    path = next((traces / "rounds" / "date=2026-11-27").glob("*.parquet"))
-    table = pq.read_table(path)
-    drafted = table.column("num_draft_tokens").to_pylist()
-    drafted[0] = -1
-    pq.write_table(table.set_column(table.schema.get_field_index("num_draft_tokens"), "num_draft_tokens",
-                                    pa.array(drafted, table.schema.field("num_draft_tokens").type)), path)
+    set_first(next((traces / "rounds" / "date=2026-11-27").glob("*.parquet")), "num_draft_tokens", -1)
     cache = api.Cache(tmp_path / "cache")
     with_cache, stats = tables(traces, cache)
     assert "row rule" in stats.unused_because
@@ -481,12 +485,7 @@ def test_rejected_requests_compute_each_unit_on_its_own(small, tmp_path):
     # a clean round of a rejected request has no request partition: the units are computed
     # one by one, as before the split, and the report is the one without the cache
     traces = copy_of(small, tmp_path / "traces")
-    path = next((traces / "requests" / "date=2026-11-27").glob("*.parquet"))
-    requests = pq.read_table(path)
-    prompt = requests.column("prompt_tokens").to_pylist()
-    prompt[0] = -5
-    pq.write_table(requests.set_column(requests.schema.get_field_index("prompt_tokens"), "prompt_tokens",
-                                       pa.array(prompt, requests.schema.field("prompt_tokens").type)), path)
+    set_first(next((traces / "requests" / "date=2026-11-27").glob("*.parquet")), "prompt_tokens", -5)
     cache = api.Cache(tmp_path / "cache")
     cold, stats = tables(traces, cache)
     assert stats.unused_because is None and (stats.computed, stats.split) == (3, False)

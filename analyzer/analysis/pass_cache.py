@@ -391,7 +391,6 @@ class CachedPasses:
               create: Callable[[View], None]) -> set[str]:
         """Create the passes (and the plain views they read) in ``con``; return their names."""
         merges = declared_merges()
-        self._views = views
         passes = round_passes(views, order, set(merges))
         missing = [p for p in passes if p not in merges]
         if missing:
@@ -417,7 +416,7 @@ class CachedPasses:
             # request_partition's). 31 passes over 31 dates cost about twice one pass.
             for name in passes:
                 create(views[name], shared=True)
-            self._start_writer(con, new, passes, splits)
+            self._start_writer(con, new, views, passes, splits)
             self.stats.computed = len(new)
             self.stats.split = True
             self.passes = passes
@@ -479,8 +478,8 @@ class CachedPasses:
                 return None
         return splits
 
-    def _start_writer(self, con: duckdb.DuckDBPyConnection, new: list[Unit], passes: list[str],
-                      splits: dict[str, str]) -> None:
+    def _start_writer(self, con: duckdb.DuckDBPyConnection, new: list[Unit], views: dict[str, View],
+                      passes: list[str], splits: dict[str, str]) -> None:
         """Split and write the new units off the report's path: on a connection of its own, in
         a thread, while the report goes on over the same tables (``finish`` waits for it). The
         unit of every request, step and request partition is worked out here, as tables that
@@ -492,19 +491,19 @@ class CachedPasses:
         con.execute("create or replace table _specan_unit_partitions as select distinct p.partition, u.unit "
                     "from request_partitions as p join _specan_unit_requests as u using (request_uid)")
         cursor = con.cursor()
-        self.writer = threading.Thread(target=self._write_splits, args=(cursor, new, passes, splits),
+        self.writer = threading.Thread(target=self._write_splits, args=(cursor, new, views, passes, splits),
                                        name="specan-cache-writer", daemon=True)
         self.writer.start()
 
-    def _write_splits(self, con: duckdb.DuckDBPyConnection, new: list[Unit], passes: list[str],
-                      splits: dict[str, str]) -> None:
+    def _write_splits(self, con: duckdb.DuckDBPyConnection, new: list[Unit], views: dict[str, View],
+                      passes: list[str], splits: dict[str, str]) -> None:
         """Write each new unit's rows of the passes (the tables of one pass over every file) to
         a database of its own, kept once the caller's checks find nothing (``commit``).
         Every row of a split pass must land in exactly one unit: else nothing is kept. Runs in
         the writer thread on a connection of its own: a failure is a problem said, never the
         report's."""
         try:
-            self._write_splits_on(con, new, passes, splits)
+            self._write_splits_on(con, new, views, passes, splits)
         except Exception as exc:            # in a thread of its own: said, never raised
             self.stats.problems.append(f"kept no trace unit ({first_line(exc)})")
             for target in self.split_written.values():
@@ -513,8 +512,8 @@ class CachedPasses:
         finally:
             con.close()
 
-    def _write_splits_on(self, con: duckdb.DuckDBPyConnection, new: list[Unit], passes: list[str],
-                         splits: dict[str, str]) -> None:
+    def _write_splits_on(self, con: duckdb.DuckDBPyConnection, new: list[Unit], views: dict[str, View],
+                         passes: list[str], splits: dict[str, str]) -> None:
         select = {
             "requests": "select x.* from \"{name}\" as x semi join _specan_unit_requests as u "
                         "on u.deployment_id = x.deployment_id and u.request_uid = x.request_uid and u.unit = {i}",
@@ -523,6 +522,12 @@ class CachedPasses:
             "partition": "select x.* from \"{name}\" as x semi join _specan_unit_partitions as u "
                          "on u.partition = x.request_partition and u.unit = {i}",
         }
+        # a pass that reads only passes: its own SQL over the unit's rows of them, under their names
+        for name in passes:
+            if splits[name] == "recompute":
+                shadow = ", ".join(f'"{r}" as (select * from _specan_split."{r}")'
+                                   for r in sorted(views[name].references & set(passes)))
+                select[name] = f"with {shadow} select * from (\n{views[name].sql}\n)"
         split_rows = {name: 0 for name in passes if splits[name] != "recompute"}
         written = self.split_written
         try:
@@ -532,13 +537,8 @@ class CachedPasses:
                     con.execute(f"attach '{target}' as _specan_split")
                     try:
                         for name in passes:
-                            if splits[name] == "recompute":
-                                # its inputs are passes: the unit's rows of them, under their names
-                                inputs = sorted(self._views[name].references & set(passes))
-                                shadow = ", ".join(f'"{r}" as (select * from _specan_split."{r}")' for r in inputs)
-                                sql = f"with {shadow} select * from (\n{self._views[name].sql}\n)"
-                            else:
-                                sql = select[splits[name]].format(name=name, i=i)
+                            sql = select[name] if splits[name] == "recompute" else \
+                                select[splits[name]].format(name=name, i=i)
                             con.execute(f'create table _specan_split."{name}" as {sql}')
                             if name in split_rows:
                                 split_rows[name] += con.execute(
