@@ -1,8 +1,9 @@
-"""Scale benchmark: specan report against the floor and two notebook peers.
+"""Scale benchmark: specan report against the floor and the notebook peers.
 
     python bench/scale.py                              # N = 1M, 10M, 50M rounds
-    python bench/scale.py --rounds 200000000 --no-pandas
+    python bench/scale.py --rounds 200000000 --no-peers
     python bench/scale.py --memory-limit 1GB           # the out-of-core run
+    python bench/scale.py --rounds 5000000 --spark     # and --engine spark against the PySpark peer
 
 For each N it generates traces with the fast path (`specan simulate --rounds N
 --no-tokens`, cached under bench/data/), then runs, each in its own process,
@@ -12,20 +13,23 @@ measuring wall time and peak RSS with GNU time:
   seconds of every phase (the --profile table) are recorded beside the total;
 - floor: one bare DuckDB aggregate scan of the rounds (speculative rounds and
   the sums of drafted, accepted and committed per deployment);
-- polars: bench/polars_peer.py, lazy scans of the core metrics (accept length,
-  per-position survival, throughput-weighted speedup by batch bucket);
-- pandas: bench/pandas_peer.py, the same metrics read eagerly into pandas (it
-  needs about 9 GB at 50M rounds, so --no-pandas for larger runs);
+- the peers, which compute the report's core answers, checks included (accept
+  length, per-position survival, speedup by batch bucket, exact itl p50/p99,
+  duplicate round keys, orphan rounds), each as one would write it by hand:
+  duckdb (bench/duckdb_peer.py, SQL), polars (bench/polars_peer.py, lazy scans);
+  their answers must agree (bench/peer_answers.py), and the run records whether
+  they do;
 - with --spark, report_spark: the same report with `--engine spark` in Spark's
-  local mode on this machine (`--spark-master local[*]`), beside the DuckDB one;
-  its phases and the bytes it brought back per table (`--profile`) are recorded.
-  With --spark-cluster it runs on a standalone cluster started here instead (one
-  master and one worker on 127.0.0.1, tests/spark_cluster.py, the executor at
-  Spark's default 1 GB heap and 2 cores): write it to its own --out.
+  local mode on this machine (`--spark-master local[*]`), beside the DuckDB one, and
+  the PySpark peer (bench/pyspark_peer.py) on the same master; its phases and the
+  bytes it brought back per table (`--profile`) are recorded. With --spark-cluster
+  both run on a standalone cluster started here instead (one master and one worker
+  on 127.0.0.1, tests/spark_cluster.py, the executor at Spark's default 1 GB heap and
+  2 cores): write it to its own --out.
 
-It prints report ÷ floor, report ÷ polars and report ÷ pandas, and the duckdb and
-polars versions the runs used (the polars peer is getting faster: a ratio says
-against which release), and writes bench/results/scale.json.
+It prints report ÷ floor and report ÷ each peer, and the duckdb, polars and pyspark
+versions the runs used (a ratio says against which release), and writes
+bench/results/scale.json.
 """
 
 from __future__ import annotations
@@ -104,7 +108,20 @@ def traces_for(rounds: int) -> Path:
     return path
 
 
-def measure(rounds: int, memory: str, polars: bool, pandas: bool, spark: bool = False,
+PEERS = ("duckdb", "polars")
+
+
+def peer(name: str, traces: Path, *args: str, env: dict | None = None) -> dict:
+    """One notebook peer, timed; its printed answers kept beside the time."""
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as answers:
+        row = timed(["sh", "-c", 'exec "$0" "$@" > ' + answers.name, sys.executable,
+                     str(HERE / f"{name}_peer.py"), str(traces), *args], env=env)
+        if row["ok"]:
+            row["answers"] = json.loads(answers.read())
+    return row
+
+
+def measure(rounds: int, memory: str, peers: bool, spark: bool = False,
             master: str = "local[*]", env: dict | None = None) -> dict:
     traces = traces_for(rounds)
     row = {"rounds": rounds, "memory_limit": memory}
@@ -120,17 +137,25 @@ def measure(rounds: int, memory: str, polars: bool, pandas: bool, spark: bool = 
             row["report_spark"]["master"] = master
             if row["report"]["ok"] and row["report_spark"]["ok"]:
                 row["report_spark_over_report"] = row["report_spark"]["seconds"] / row["report"]["seconds"]
+                row["same_document"] = ((Path(tmp) / "report.json").read_bytes()
+                                        == (Path(tmp) / "report-spark.json").read_bytes())
     row["floor"] = timed([sys.executable, "-c", FLOOR.format(traces=traces, memory=memory)])
-    for name, wanted in (("polars", polars), ("pandas", pandas)):
-        if wanted:
-            row[name] = timed([sys.executable, str(HERE / f"{name}_peer.py"), str(traces)])
+    for name in PEERS if peers else ():
+        row[name] = peer(name, traces)
+    if spark:
+        row["pyspark"] = peer("pyspark", traces, "--master", master, env=env)
+        if row["report_spark"]["ok"] and row["pyspark"]["ok"]:
+            row["report_spark_over_pyspark"] = row["report_spark"]["seconds"] / row["pyspark"]["seconds"]
+    answered = [row[n]["answers"] for n in (*PEERS, "pyspark") if n in row and row[n]["ok"]]
+    if len(answered) > 1:
+        row["peers_agree"] = all(a == answered[0] for a in answered)
     if row["report"]["ok"]:
-        for name in ("floor", "polars", "pandas"):
+        for name in ("floor", *PEERS):
             if name in row and row[name]["ok"]:
                 row[f"report_over_{name}"] = row["report"]["seconds"] / row[name]["seconds"]
-    print(json.dumps({k: v for k, v in row.items() if k not in ("report", "report_spark")} | {
-        name: {k: v for k, v in row[name].items() if k != "phases"}
-        for name in ("report", "report_spark") if name in row}), flush=True)
+    print(json.dumps({k: v for k, v in row.items() if k not in ("report", "report_spark", *PEERS, "pyspark")} | {
+        name: {k: v for k, v in row[name].items() if k not in ("phases", "answers")}
+        for name in ("report", "report_spark", *PEERS, "pyspark") if name in row}), flush=True)
     return row
 
 
@@ -138,8 +163,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, action="append", help="sizes to run (default 1M, 10M, 50M)")
     parser.add_argument("--memory-limit", default="3GB", help="passed to specan report (its default)")
-    parser.add_argument("--no-polars", action="store_true", help="skip the polars peer")
-    parser.add_argument("--no-pandas", action="store_true", help="skip the pandas peer (about 9 GB at 50M rounds)")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="skip the DuckDB and polars peers (the hand-written SQL needs about 8 GB at 50M rounds)")
     parser.add_argument("--spark", action="store_true", help="also time `report --engine spark` (local mode)")
     parser.add_argument("--spark-cluster", action="store_true",
                         help="with --spark: on a standalone master and worker started on 127.0.0.1")
@@ -157,9 +182,13 @@ def main() -> None:
     # the peers run in processes of this interpreter (sys.executable): these are their versions,
     # kept with each run (the runs of earlier invocations stay in the file with theirs)
     versions = {"duckdb": duckdb.__version__, "polars": polars.__version__}
-    print(f"duckdb {versions['duckdb']}, polars {versions['polars']}", flush=True)
+    if args.spark or args.spark_cluster:
+        import pyspark
+
+        versions["pyspark"] = pyspark.__version__
+    print(", ".join(f"{k} {v}" for k, v in versions.items()), flush=True)
     try:
-        rows = [measure(n, args.memory_limit, not args.no_polars, not args.no_pandas, args.spark or args.spark_cluster,
+        rows = [measure(n, args.memory_limit, not args.no_peers, args.spark or args.spark_cluster,
                         master, env) | {"versions": versions} for n in sizes]
     finally:
         if cluster is not None:
@@ -170,8 +199,8 @@ def main() -> None:
     runs = [r for r in previous.get("runs", [])
             if (r["rounds"], r["memory_limit"]) not in {(x["rounds"], x["memory_limit"]) for x in rows}]
     document = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                "targets": {"report_over_floor": 20, "report_over_polars": 2, "peak_rss_mb": 4096,
-                            "peak_rss_mb_at_1GB": 1536, "report_200m_over_50m": 4.4},
+                "targets": {"report_over_floor": 20, "peak_rss_mb": 4096, "peak_rss_mb_at_1GB": 1536,
+                            "report_200m_over_50m": 4.4, "report_spark_over_pyspark": 1.5},
                 "runs": sorted(runs + rows, key=lambda r: (r["memory_limit"], r["rounds"]))}
     out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {out}")
