@@ -606,12 +606,15 @@ def _key_text_sql(column: str, shared: list[str]) -> str:
 def parent_collision_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
                          relation: str) -> str:
     """The first ``uid`` of the parent rows in ``relation`` that stands for two keys, if
-    any: ``(uid, one key, another key)``, the keys as text."""
+    any: ``(uid, one key, another key)``, the keys as text. The uids are grouped by their
+    keys' least and greatest values first; only the rows of a uid found there (none, in a
+    sound trace) are written out as text."""
     shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
-    key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
+    key = [rules.q(c) for c in ("deployment_id", column, *shared)]
     text = _key_text_sql(column, shared)
-    return (f"select {uid}, min({text}), max({text}) from {relation} group by {uid} "
-            f"having count(distinct ({key}, 0)) > 1 order by 2, 3 limit 1")
+    return (f"select p.{uid}, min({text}), max({text}) from {relation} as p "
+            f"semi join (select {uid} from {relation} group by {uid} having {rules.several_values_sql(key)}) as hit "
+            f"on hit.{uid} is not distinct from p.{uid} group by p.{uid} order by 2, 3 limit 1")
 
 
 def aggregate_collision_sql(uid: str, aggregate: str, column: str) -> str:
@@ -629,11 +632,15 @@ def collision(uid: str, value, parent: str, keys: str = "") -> InternalError:
 
 def parent_key_uids_sql(found: dict[str, TableFiles], parent: str, uid: str, column: str,
                         relation: str) -> str:
-    """The first key of the parent rows in ``relation`` that has two uids, if any: ``(key as text,)``."""
+    """The first key of the parent rows in ``relation`` that has two uids, if any: ``(key as
+    text,)``. As ``parent_collision_sql``: the keys grouped first, text only for a hit."""
     shared = sorted(p for p in found[parent].partitions if p in found["rounds"].partitions)
-    key = ", ".join(rules.q(c) for c in ("deployment_id", column, *shared))
-    return (f"select min({_key_text_sql(column, shared)}) from {relation} group by {key} "
-            f"having count(distinct {uid}) > 1 or count({uid}) < count(*) order by 1 limit 1")
+    columns = [rules.q(c) for c in ("deployment_id", column, *shared)]
+    on = " and ".join(f"hit.{c} is not distinct from p.{c}" for c in columns)
+    return (f"select min({_key_text_sql(column, shared)}) from {relation} as p "
+            f"semi join (select {', '.join(columns)} from {relation} group by {', '.join(columns)} "
+            f"having {rules.several_values_sql([uid])}) as hit on {on} "
+            f"group by {', '.join(f'p.{c}' for c in columns)} order by 1 limit 1")
 
 
 def misdirected_uid_sql(uid: str, column: str, aggregate: str, parents: str) -> str:

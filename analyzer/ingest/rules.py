@@ -593,6 +593,14 @@ LINK_OF_PARENT = {"deployments": ("deployment_id", "per_request"),
                   "steps": ("step_uid", "per_step")}
 
 
+def several_values_sql(columns) -> str:
+    """True for a group whose rows hold more than one distinct tuple of ``columns`` (a null
+    counting as a value, as ``count(distinct (a, b, 0)) > 1`` counts them): some column
+    holds two values, or both a null and a value. Least and greatest per column, not a
+    distinct count of the tuples: no set of tuples per group, over millions of parents."""
+    return " or ".join(f"min({c}) <> max({c}) or count({c}) not in (0, count(*))" for c in columns)
+
+
 def in_place_witness_sql(schema: TableSchema, plan: TablePlan, rule: RowRule, aggregates: RoundAggregates,
                          parents: Mapping[str, str]) -> str:
     """How many requests, steps or parent keys of the rounds could break ``rule`` (one that
@@ -607,7 +615,6 @@ def in_place_witness_sql(schema: TableSchema, plan: TablePlan, rule: RowRule, ag
     parent = parents[rule.parent]
     if rule.reads == "parent":
         return f"select count(*) from {keys} where not exists (select 1 from {parent} as p where p.{link} = r._k)"
-    own = ", ".join(q(c) for c in plan.parent_keys[rule.parent])
     shared = (f"(select {link} from {parent} as p group by {link} "
-              f"having count(distinct ({own}, 0)) > 1) as p")
+              f"having {several_values_sql(q(c) for c in plan.parent_keys[rule.parent])}) as p")
     return f"select count(*) from {keys} where exists (select 1 from {shared} where p.{link} = r._k)"
