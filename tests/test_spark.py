@@ -465,19 +465,24 @@ def test_the_users_session_is_left_as_it_was(spark, tmp_path):
         spark.conf.set("spark.sql.session.timeZone", "UTC")
 
 
-def test_views_two_heavy_views_read_are_kept_once():
-    # Spark recomputes a plain view in every job that reads it: the plain heavy views read
-    # by two or more heavy views are kept, and which they are follows from the SQL's references
+def test_views_used_twice_are_kept_once_and_the_others_computed_where_read():
+    # Spark recomputes a view in every job that reads it: the heavy views that two heavy
+    # views read, or one reads and the fetch brings back, are kept; a view used once is
+    # computed inside the job that uses it. Which they are follows from the SQL's references
     from analyzer.analysis.views import discover_views, scaleout_split
-    from analyzer.spark.heavy import shared_views
+    from analyzer.spark.heavy import kept_views
 
-    views, heavy = discover_views(), scaleout_split().heavy
-    shared = shared_views(views, heavy)
-    assert {"matched_units", "request_acceptance", "request_anomalies", "request_latency"} <= shared
-    for name in shared:
-        assert not views[name].materialized
-        assert sum(name in views[r].references for r in heavy if r != name) >= 2
+    views, split = discover_views(), scaleout_split()
+    kept = kept_views(views, split)
+    assert {"matched_units", "request_acceptance", "request_anomalies", "request_latency",
+            "request_rounds", "step_rounds", "round_group_cells"} <= kept
+
+    def uses(name):
+        return sum(name in views[r].references for r in split.heavy if r != name) + (name in split.fetched)
+
+    assert all(uses(name) >= 2 for name in kept)
+    # fetched and read by nothing else: computed by the fetch, materialised in DuckDB or not
+    assert {"cost_model", "matched_sums", "round_cells", "itl_histogram"} <= {
+        n for n in split.heavy if uses(n) == 1} and not {"cost_model", "matched_sums"} & kept
     # a plain heavy view with one heavy reader stays a view
-    single = [n for n in heavy if not views[n].materialized and n not in shared
-              and sum(n in views[r].references for r in heavy if r != n) == 1]
-    assert single and not set(single) & shared
+    assert {"stream_emissions", "matched_baseline"} & set(split.heavy) - kept

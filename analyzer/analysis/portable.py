@@ -18,7 +18,9 @@ such differences only show when Spark runs the view.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sqlglot
 from sqlglot import exp
@@ -40,7 +42,18 @@ class Macro:
     body: exp.Expression
 
 
-def macros(repeat_n: int = DEFAULT_REPEAT_N, config=None) -> dict[str, Macro]:
+class MacroSet(dict):
+    """Macros by name, with ``key``: the text they were parsed from. Two sets with one key
+    are the same macros, so what is transpiled with them is kept by that key
+    (``spark_sql``): the heavy pass transpiles about 90 statements a run, and parsing and
+    rendering them again cost about 10 s of a report's driver."""
+
+    def __init__(self, key: str, items: Mapping[str, Macro]):
+        super().__init__(items)
+        self.key = key
+
+
+def macros(repeat_n: int = DEFAULT_REPEAT_N, config=None) -> MacroSet:
     """Every macro the views may call, parsed from the same text that creates them in DuckDB;
     the thresholds are ``config``'s (an ``analysis.config.Config``), else the defaults."""
     parts = ", ".join(f"s[i - {j}]" for j in range(repeat_n, 0, -1))
@@ -51,13 +64,18 @@ def macros(repeat_n: int = DEFAULT_REPEAT_N, config=None) -> dict[str, Macro]:
         (resource_dir("sql") / "macros.sql").read_text(encoding="utf-8"),
         config_macros_sql(config),
     ])
+    return _parsed_macros(text)
+
+
+@lru_cache(maxsize=16)
+def _parsed_macros(text: str) -> MacroSet:
     found = {}
     for statement in sqlglot.parse(text, read="duckdb"):
         if isinstance(statement, exp.Create) and str(statement.args.get("kind", "")).upper() == "MACRO":
             udf = statement.this
             name = udf.this.name.lower()
             found[name] = Macro(name, tuple(p.name for p in udf.expressions), statement.expression)
-    return found
+    return MacroSet(text, found)
 
 
 def inline_macros(tree: exp.Expression, known: dict[str, Macro]) -> exp.Expression:
@@ -197,19 +215,42 @@ def _spark_form(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def spark_macros(repeat_n: int = DEFAULT_REPEAT_N, config=None) -> dict[str, Macro]:
+def spark_macros(repeat_n: int = DEFAULT_REPEAT_N, config=None) -> MacroSet:
     """The macros with the bodies Spark needs where its form differs."""
-    known = dict(macros(repeat_n, config))
+    return _spark_macros(macros(repeat_n, config).key)
+
+
+@lru_cache(maxsize=16)
+def _spark_macros(text: str) -> MacroSet:
+    known = dict(_parsed_macros(text))
     for name, body in _SPARK_MACRO_BODIES.items():
         known[name] = Macro(name, known[name].parameters, sqlglot.parse_one(body, read="spark"))
-    return known
+    _SPARK_MACROS[text] = found = MacroSet(text, known)
+    return found
 
 
-def spark_sql(view: View | str, known: dict[str, Macro] | None = None) -> str:
+# The Spark macro sets made so far, by the text they were parsed from (what spark_sql's
+# cache is keyed by)
+_SPARK_MACROS: dict[str, MacroSet] = {}
+
+
+def spark_sql(view: View | str, known: Mapping[str, Macro] | None = None) -> str:
     """A view (or DuckDB SQL text) as Spark SQL, macros inlined. Raises
     ``sqlglot.errors.UnsupportedError`` for a construct sqlglot cannot render for Spark."""
     text = view.sql if isinstance(view, View) else view
-    tree = inline_macros(sqlglot.parse_one(text, read="duckdb"), known or spark_macros())
+    known = spark_macros() if known is None else known
+    if isinstance(known, MacroSet) and _SPARK_MACROS.get(known.key) is known:
+        return _spark_sql_kept(text, known.key)
+    return _transpile(text, known)
+
+
+@lru_cache(maxsize=1024)
+def _spark_sql_kept(text: str, key: str) -> str:
+    return _transpile(text, _SPARK_MACROS[key])
+
+
+def _transpile(text: str, known: Mapping[str, Macro]) -> str:
+    tree = inline_macros(sqlglot.parse_one(text, read="duckdb"), known)
     # sqlglot does not descend into a node a transform replaced: repeat until nothing changes
     # (every rewrite replaces what it matched, so a second pass never applies it twice)
     for _ in range(10):

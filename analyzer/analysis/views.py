@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
@@ -98,11 +98,13 @@ def _materialized(sql_dir: Path) -> set[str]:
 
 @dataclass(frozen=True)
 class ScaleOut:
-    """``sql/scaleout.toml``: which views a scale-out engine computes (``heavy``), and which
-    of them come back to the local finish, each with the columns left behind (``fetched``)."""
+    """``sql/scaleout.toml``: which views a scale-out engine computes (``heavy``), which of
+    them come back to the local finish, each with the columns left behind (``fetched``),
+    and which hold no row unless a query finds one (``empty_unless``: view → that query)."""
 
     heavy: frozenset[str]
     fetched: dict[str, tuple[str, ...]]
+    empty_unless: dict[str, str] = field(default_factory=dict)
 
 
 def scaleout_split(sql_dir: Path | None = None) -> ScaleOut:
@@ -120,7 +122,26 @@ def scaleout_split(sql_dir: Path | None = None) -> ScaleOut:
         raise ViewError(f"{path}: no view named {', '.join(unknown)}")
     if not fetched.keys() <= heavy:
         raise ViewError(f"{path}: fetched views that are not heavy: {', '.join(sorted(fetched.keys() - heavy))}")
-    return ScaleOut(heavy, fetched)
+    empty_unless = dict(declared.get("empty_unless", {}))
+    for name, query in empty_unless.items():
+        if name not in heavy or not isinstance(query, str):
+            raise ViewError(f"{path}: [empty_unless] {name} must be a heavy view with a query")
+        read = _relations_read(query) - {name}
+        later = sorted(r for r in read if r in views and name in _depends_on(views, r))
+        if later:
+            raise ViewError(f"{path}: [empty_unless] {name} reads {', '.join(later)}, which is made after it")
+    return ScaleOut(heavy, fetched, empty_unless)
+
+
+def _depends_on(views: dict[str, View], name: str) -> set[str]:
+    """Every view ``name`` reads, directly or through other views."""
+    seen, stack = set(), [name]
+    while stack:
+        for ref in views[stack.pop()].references & views.keys():
+            if ref not in seen:
+                seen.add(ref)
+                stack.append(ref)
+    return seen
 
 
 def discover_views(sql_dir: Path | None = None) -> dict[str, View]:

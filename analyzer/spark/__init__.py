@@ -23,7 +23,7 @@ from ..analysis.views import DEFAULT_REPEAT_N
 from ..ingest import rules
 from ..ingest.load import LoadSummary, with_hashed_fallback
 from . import heavy
-from .load import is_uri, load_on_spark, qualified
+from .load import RoundsBreakRules, is_uri, load_on_spark, qualified
 from .session import engine_session, spark_session
 
 Progress = Callable[[str], None]
@@ -84,10 +84,19 @@ def _fetched(tables: dict[str, pa.Table], summary: LoadSummary, rejected_out: st
 
 
 def _load_and_reduce(spark, traces: str, date: str | None, progress: Progress | None, config, repeat_n: int):
-    """The load and the heavy pass, again with hashed link keys when the written ones are invalid."""
+    """The load and the heavy pass, again with hashed link keys when the written ones are
+    invalid. The rounds are read in place; when they break a rule that reads other rows,
+    the load and the pass run again with every round classified, as the DuckDB engine
+    copies them then."""
     def run(hashed):
+        try:
+            return once(hashed, in_place=True)
+        except RoundsBreakRules:
+            return once(hashed, in_place=False)
+
+    def once(hashed, in_place: bool):
         summary = load_on_spark(spark, traces, date=date, progress=progress, hashed_links=hashed,
-                                check_rounds=False)
+                                check_rounds=False, rounds_in_place=in_place)
         return summary, heavy.reduced_frames(spark, summary, progress, config, repeat_n)
 
     return with_hashed_fallback(run, lambda result: result[0], progress)

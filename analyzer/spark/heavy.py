@@ -25,7 +25,7 @@ from ..analysis.views import DEFAULT_REPEAT_N, ROUND_AGGREGATES, dependency_orde
 from ..errors import EnvironmentProblem, InternalError, first_line
 from ..ingest import rules
 from ..ingest.load import LoadSummary
-from .load import check_spark_link_keys
+from .load import check_spark_link_keys, confirm_in_place
 from .session import materialize, spark_error_text, spark_failure
 
 Progress = Callable[[str], None]
@@ -62,7 +62,7 @@ def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None
     say = progress or (lambda _msg: None)
     views, split = discover_views(), scaleout_split()
     known = portable.spark_macros(repeat_n, config)
-    shared = shared_views(views, split.heavy)
+    kept = kept_views(views, split)
     create_relations(spark)
     for name in dependency_order(views):
         if name not in split.heavy:
@@ -74,31 +74,40 @@ def run_heavy_pass(spark, summary: LoadSummary, progress: Progress | None = None
                                 "which is not heavy")
         try:
             frame = spark.sql(portable.spark_sql(view.sql, known))
+            if name in split.empty_unless and not spark.sql(portable.spark_sql(split.empty_unless[name])).take(1):
+                frame = frame.limit(0)      # an empty relation: Spark plans no scan for it
         except Exception as exc:
             failure = spark_failure(exc)
             if failure is not None:
                 raise failure from None
             raise InternalError(f"{view.path}: Spark cannot run view {name}: {spark_error_text(exc)}") from None
-        if view.materialized or name in shared:
+        if name in kept:
             say(f"computing {name} on Spark")
             frame = materialize(frame)
         frame.createOrReplaceTempView(name)
-    # one id per uid among the rounds, and written link keys that name each round's parent
+    # rounds read in place: the rules that read other rows, off the aggregates (else the
+    # caller loads again with the rounds classified), then one id per uid among the rounds,
+    # and written link keys that name each round's parent
+    confirm_in_place(spark, summary, ROUND_AGGREGATES, progress)
     check_spark_link_keys(spark, summary, ROUND_AGGREGATES)
     return {name: spark.table(name).drop(*columns) for name, columns in split.fetched.items()}
 
 
-def shared_views(views: dict, heavy) -> set[str]:
-    """The plain heavy views that two or more heavy views read: kept on Spark too. Spark
-    computes a plain view again in every job that reads it (matched_units once for each of
-    the four matched_* tables, request_acceptance for each of its four readers), where
-    DuckDB's tables read it within one process; kept once, each reader scans the result."""
-    readers = {name: 0 for name in heavy}
-    for name in heavy:
-        for ref in views[name].references & readers.keys():
+def kept_views(views: dict, split) -> set[str]:
+    """The heavy views Spark computes once and keeps: those used twice or more, by heavy
+    views that read them or by the fetch that brings them back. Spark computes a view
+    again in every job that reads it (matched_units once for each of the four matched_*
+    tables, request_acceptance for each of its four readers), where DuckDB reads its
+    tables within one process; kept once, each reader scans the result. A view used once
+    is not kept, materialised in DuckDB or not: keeping it costs a job of its own (about
+    0.5 s on a small trace) and a write of its rows, before the one job that reads it
+    (cost_model, matched_sums, round_cells: computed only to be brought back)."""
+    uses = {name: int(name in split.fetched) for name in split.heavy}
+    for name in split.heavy:
+        for ref in views[name].references & uses.keys():
             if ref != name:
-                readers[ref] += 1
-    return {name for name, n in readers.items() if n >= 2 and not views[name].materialized}
+                uses[ref] += 1
+    return {name for name, n in uses.items() if n >= 2}
 
 
 def reduced_frames(spark, summary: LoadSummary, progress: Progress | None = None, config=None,

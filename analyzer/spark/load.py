@@ -30,9 +30,10 @@ import pyarrow as pa
 from ..analysis import portable
 from ..errors import EnvironmentProblem, InputProblem, InternalError, first_line
 from ..ingest import rules
-from ..ingest.load import (DEPENDENT_TABLES, LoadSummary, StructuralError, TableFiles, check_structure, discover,
-                           entry_notes, link_key_checks, partition_values, rows_without_uid_sql, table_plan, uncastable,
-                           unknown_entries, unreadable_file, written_links)
+from ..ingest.load import (DEPENDENT_TABLES, LoadSummary, RoundsInPlace, StructuralError, TableFiles,
+                           check_structure, discover, entry_notes, link_key_checks, partition_values,
+                           rows_without_uid_sql, table_plan, uncastable, unknown_entries, unreadable_file,
+                           written_links)
 from ..ingest.schema import TABLE_ORDER, load_schemas
 from .session import materialize, spark_failure
 
@@ -45,12 +46,26 @@ def is_uri(traces: str | Path) -> bool:
     return bool(_URI.match(str(traces)))
 
 
+class RoundsBreakRules(Exception):
+    """Rounds read in place break a rule that reads other rows (``confirm_in_place``): the
+    caller loads again, the rounds classified row by row (``rounds_in_place=False``)."""
+
+
 def load_on_spark(spark, traces: str | Path, *, date: str | None = None, progress: Progress | None = None,
-                  hashed_links: frozenset[str] = frozenset(), check_rounds: bool = True) -> LoadSummary:
+                  hashed_links: frozenset[str] = frozenset(), check_rounds: bool = True,
+                  rounds_in_place: bool = False) -> LoadSummary:
     """Build the clean tables as temporary views of ``spark``, with ``rejected_rows``,
     ``trace_tables`` and ``trace_columns``; return the load summary. The link keys a
     writer stored are used unless ``hashed_links`` names them, and checked on the parents
-    (on the rounds too with ``check_rounds``; else the heavy pass checks them)."""
+    (on the rounds too with ``check_rounds``; else the heavy pass checks them).
+
+    With ``rounds_in_place`` the rounds are read as the DuckDB engine reads them for a
+    report (``ingest.load.read_in_place``): a view over the files, not a classified copy,
+    as long as one pass finds no round breaking a rule that reads the row alone. The rules
+    that read other rows are then counted off the heavy pass's aggregates
+    (``confirm_in_place``; ``summary.pending`` says they are still to count). A classified
+    copy of the rounds costs three joins to their parents and a write of every round, most
+    of a small report's time on Spark."""
     say = progress or (lambda _msg: None)
     traces = str(traces)
     if is_uri(traces):
@@ -76,13 +91,31 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None, progres
     rows_read: dict[str, int] = {}
     rows_clean: dict[str, int] = {}
     rejected: dict[str, dict[str, int]] = {}
+    without_uid: dict[str, int] = {}
     rejected_frames = []
     clean_frames = {}
     # Every table's rules are applied before any clean table replaces a name: unknown_*
     # reads the parents as read (_raw_<parent>), round_out_of_order the clean steps (_clean_steps).
+    pending = None
     for table in TABLE_ORDER:
-        say(f"applying row rules to {table}")
         schema, plan = schemas[table], plans[table]
+        if table == "rounds" and rounds_in_place and found[table].present:
+            say("reading rounds in place: counting row-rule breaks")
+            sql = portable.spark_sql(rules.row_pass_sql(schema, plan, f"_raw_{table}"))
+            counted = _read_or_name_the_file(lambda: _sql(spark, sql, found[table]).collect()[0].asDict(),
+                                              traces, found)
+            rows_read[table] = counted.pop("rows")
+            missing = {uid: counted.pop(rules.rows_without_uid_column(uid)) for uid in plan.written_links}
+            breaking = {reason: n for reason, n in counted.items() if n}
+            if not breaking:
+                without_uid.update({uid: n for uid, n in missing.items() if n})
+                rejected[table], rows_clean[table] = {}, rows_read[table]
+                clean_frames[table] = spark.table(f"_raw_{table}")
+                pending = RoundsInPlace(found, plan)
+                continue
+            say("rounds break a row rule (" + ", ".join(f"{r} {n}" for r, n in breaking.items())
+                + "): classifying every round")
+        say(f"applying row rules to {table}")
         inputs = rules.RuleInputs(rows=f"_raw_{table}",
                                   parents={ref.table: f"_raw_{ref.table}" for ref in schema.references},
                                   clean={t: f"_clean_{t}" for t in clean_frames})
@@ -122,8 +155,9 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None, progres
     materialize(counted).createOrReplaceTempView(conflicts)
     _metadata_views(spark, found, schemas, rows_read, rows_clean)
     _import_notes(spark, traces)
-    without_uid: dict[str, int] = {}
     for table in TABLE_ORDER:
+        if table == "rounds" and pending is not None:
+            continue        # counted by the rounds' row pass
         sql = rows_without_uid_sql(schemas[table], plans[table], f"_raw_{table}")
         if sql:
             counts = spark.sql(portable.spark_sql(sql)).collect()[0]
@@ -132,8 +166,36 @@ def load_on_spark(spark, traces: str | Path, *, date: str | None = None, progres
     summary = LoadSummary(rows_read, rows_clean, {t: found[t].present for t in TABLE_ORDER}, rejected,
                           notes=notes + link_notes, found=found, written_links=written,
                           rows_without_uid=without_uid)
+    summary.pending = pending
     check_spark_link_keys(spark, summary, rounds=check_rounds)
     return summary
+
+
+def confirm_in_place(spark, summary: LoadSummary, aggregates: rules.RoundAggregates,
+                     progress: Progress | None = None) -> None:
+    """The rules of rounds read in place that read other rows, counted off ``aggregates``
+    (the heavy pass's request_rounds and step_rounds) as the DuckDB engine counts them
+    (``ingest.load.in_place_counts``), against every parent as read. ``RoundsBreakRules``
+    when some count is not zero."""
+    pending, summary.pending = summary.pending, None
+    if pending is None:
+        return
+    schema = load_schemas()["rounds"]
+    parents = {ref.table: f"_raw_{ref.table}" for ref in schema.references}
+    witnesses = [rules.in_place_witness_sql(schema, pending.plan, rule, aggregates, parents)
+                 for rule in rules.table_rules(schema, pending.plan) if rule.reads != "row"]
+    if not witnesses:
+        return
+    # one job: each rule's count as a column
+    sql = "select " + ", ".join(f"({w}) as c{i}" for i, w in enumerate(witnesses))
+    counts = spark.sql(portable.spark_sql(sql)).collect()[0]
+    reasons = [rule.reason for rule in rules.table_rules(schema, pending.plan) if rule.reads != "row"]
+    breaking = {reason: n for reason, n in zip(reasons, counts) if n}
+    if breaking:
+        if progress:
+            progress("rounds may break a rule that reads other rows (" + ", ".join(
+                f"{r} {n}" for r, n in breaking.items()) + "): classifying every round")
+        raise RoundsBreakRules(breaking)
 
 
 def _read_or_name_the_file(run, traces: str, found: dict[str, TableFiles]):
