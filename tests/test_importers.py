@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from analyzer.cli import main
 from analyzer.ingest.importers import ImportConflict, MalformedInput, run_import
-from analyzer.ingest.importers.common import ARROW, _link_new, reconcile
+from analyzer.ingest.importers.common import _link_new, reconcile
+from analyzer.ingest.schema import ARROW
 from analyzer.ingest.importers.vllm_log import num_drafts_from, parse_metrics
 from analyzer.ingest.importers.vllm_responses import check_histogram
 from tracebuilder import at, deployment, round_row, write_traces

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from analyzer.ingest.schema import load_schemas
 
-from analyzer.ingest.importers.common import ARROW  # noqa: E402  the declared type → Arrow type map
+from analyzer.ingest.schema import ARROW  # noqa: E402  the declared type → Arrow type map
 
 T0 = dt.datetime(2026, 11, 28, 12, 0, 0, tzinfo=dt.timezone.utc)
 

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 
+import pyarrow as pa
+
 from ..resources import resource_dir
 
 TABLE_ORDER = ("deployments", "requests", "steps", "rounds", "intervals")
@@ -157,3 +159,39 @@ def format_table_markdown() -> str:
         out.append("Row rules, in order: " + ", ".join(f"`{r}`" for r in schema.rule_reasons) + ".")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+# Declared type → the exact Arrow type a writer of traces (the importers, the recorder,
+# the simulators) writes.
+ARROW = {
+    "VARCHAR": pa.string(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "INTEGER[]": pa.list_(pa.int32()),
+    "BIGINT[]": pa.list_(pa.int64()),
+}
+
+
+# The optional import_notes table (no schema file: nothing validates it, the report only
+# shows it): notes the importers and the recorder leave beside the traces.
+IMPORT_NOTES_SCHEMA = pa.schema([
+    pa.field("source", pa.string()),
+    pa.field("deployment_id", pa.string()),
+    pa.field("note", pa.string()),
+    pa.field("imported_at", pa.timestamp("us", tz="UTC")),
+])
+
+
+def declared_types(table: str) -> dict[str, str]:
+    """``table``'s columns and their declared types, in schema order."""
+    return {c.name: c.type for c in load_schemas()[table].columns}
+
+
+def arrow_schema(table: str, columns=None, declared: dict[str, str] | None = None) -> pa.Schema:
+    """The Arrow schema of ``table``'s listed ``columns`` (all of them when None), in that order;
+    ``declared`` (name → declared type) stands in for the schema file when given."""
+    declared = declared_types(table) if declared is None else declared
+    return pa.schema([pa.field(c, ARROW[declared[c]]) for c in (declared if columns is None else columns)])

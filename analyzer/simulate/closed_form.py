@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..ingest.importers.common import ARROW
+from ..ingest.schema import ARROW
 from ..ingest.schema import load_schemas
 
 START = dt.datetime(2026, 11, 28, 8, 0, 0, tzinfo=dt.timezone.utc)

@@ -180,7 +180,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..analysis.ngram import replay_request
-from ..ingest.schema import load_schemas
+from ..ingest.schema import arrow_schema
 from ..ingest.uids import uid_columns
 
 DEFAULT_REQUESTS = 200
@@ -848,18 +848,8 @@ def _eagle_commit(wl, dec, produced, accepted):
 
 # --------------------------------------------------------------------------- tables
 
-_ARROW_TYPES = {
-    "VARCHAR": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(),
-    "BOOLEAN": pa.bool_(), "INTEGER[]": pa.list_(pa.int32()), "TIMESTAMP": pa.timestamp("us", tz="UTC"),
-}
-
-
-def _arrow_schema(table: str) -> pa.Schema:
-    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.type]) for c in load_schemas()[table].columns])
-
-
 def _table(name: str, columns: dict) -> pa.Table:
-    schema = _arrow_schema(name)
+    schema = arrow_schema(name)
     missing = set(schema.names) ^ set(columns)
     if missing:
         raise AssertionError(f"simulate: {name} columns differ from the schema: {sorted(missing)}")
