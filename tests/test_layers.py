@@ -11,7 +11,7 @@ PACKAGE = Path(analyzer.__file__).resolve().parent
 
 # Rank of each top-level part of the package: a module may import parts of a lower
 # rank, and modules of its own part.
-RANK = {"resources": 0, "errors": 0, "outputs": 1, "ingest": 1, "analysis": 2, "decide": 3, "simulate": 3,
+RANK = {"resources": 0, "errors": 0, "outputs": 1, "ingest": 1, "analysis": 2, "record": 2, "decide": 3, "simulate": 3,
         "spark": 3, "render": 4, "api": 5, "nightly": 6, "cli": 7, "__main__": 8, "__init__": 0}
 
 
