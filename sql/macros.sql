@@ -117,7 +117,8 @@ create or replace macro disagrees_with(x, reference) as
 create or replace macro channel_precedence(channel) as
     case
         when channel = 'rounds' then 1
-        when channel in ('llamacpp_log', 'vllm_log', 'sglang_log') then 2
+        -- the recorder inside vLLM counts what the engine's log prints, from the same objects
+        when channel in ('llamacpp_log', 'vllm_log', 'sglang_log', 'vllm_recorder') then 2
         when channel = 'llamacpp_response' then 3
         when channel = 'prometheus' then 4
         else 5

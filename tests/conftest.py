@@ -25,7 +25,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # pytest-xdist 3.8 already hands out the scopes with the most tests first; collecting the
 # long groups first keeps that order where counts would not (a group of few, long tests,
 # such as the llama.cpp end-to-end run), so they start beside the other tests, not at the end.
-LONG_GROUPS = ("spark", "spark-cluster", "llamacpp_e2e")
+LONG_GROUPS = ("spark", "spark-cluster", "llamacpp_e2e", "vllm_e2e")
 
 
 def pytest_collection_modifyitems(config, items):

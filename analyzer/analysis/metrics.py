@@ -383,7 +383,8 @@ def _dropped_replicate_notes(dep: str, entry: dict, row: dict | None) -> list[st
 def _import_notes(con) -> list[str]:
     """Notes the importers left beside the traces (TRACES/import_notes/), if any."""
     try:
-        return [n for (n,) in con.execute("select note from import_notes order by all").fetchall()]
+        # distinct: every engine and run of a recorder may leave the same note
+        return [n for (n,) in con.execute("select distinct note from import_notes order by all").fetchall()]
     except duckdb.Error:
         return []
 

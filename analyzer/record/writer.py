@@ -129,6 +129,7 @@ class TraceWriter:
         self.sequence = 0
         self.written = {t: 0 for t in self.columns}     # rows renamed into place, per table
         self.files_written = 0
+        self.busy_seconds = 0.0
         self.replicated = dict(replicated or {})
         self.replicated_dates: set[str] = set()
         self._stop = threading.Event()
@@ -186,14 +187,24 @@ class TraceWriter:
         while not self._stop.wait(self.settings.flush_seconds):
             self._guarded(final=False)
         self._guarded(final=True)
+        # every file renamed into place: the staging folder goes (and its parent, once empty)
+        for folder in (self.staging, self.staging.parent):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
     def _guarded(self, final: bool) -> None:
         if self.failed:
             return
+        started = time.perf_counter()
         try:
             self.flush(final)
         except Exception as exc:           # a full disk, a folder gone: said once, never raised
             self._fail(exc)
+        finally:
+            # the writer's own time (it shares the engine's interpreter): bench/recorder.py states it
+            self.busy_seconds += time.perf_counter() - started
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = True

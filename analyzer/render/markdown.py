@@ -41,7 +41,12 @@ def render(doc: dict[str, Any]) -> str:
         _latency, _categories, _slices, _context, _trees, _capacity, _temperature, _tuning, _quantization, _intervals,
         _reconciliation, _anomalies, _gates, _notes,
     ]
-    if doc["input"]["rounds"] == 0 and doc.get("intervals"):
+    if doc["input"]["rounds"] == 0 and doc.get("intervals") and has_step_counts(doc):
+        # Steps with their own token counts and no rounds (the vLLM recorder, iteration lines):
+        # the steps-basis speedup, its load curve, latency and capacity; what is missing is named.
+        sections = [_header, _what_to_do, _regressions, _findings, _summary, _counters_only, _steps_load_curve,
+                    _latency, _capacity, _intervals, _reconciliation, _anomalies, _gates, _notes]
+    elif doc["input"]["rounds"] == 0 and doc.get("intervals"):
         # Aggregate counters only (vllm-log or prometheus imports): the decision, what is missing, what is there.
         sections = [_header, _what_to_do, _findings, _counters_only, _intervals, _reconciliation, _gates, _notes]
     elif not has_steps(doc):
@@ -64,12 +69,35 @@ def _numbered(text: str) -> str:
     return _NUMBERED_HEADING.sub(lambda _m: f"## {next(counter)}. ", text)
 
 
+def has_step_counts(doc: dict) -> bool:
+    """Some deployment's decode steps carry their own token counts (no rounds): the steps basis."""
+    return any((d.get("iteration_steps") or {}).get("decode_steps") for d in doc["deployments"])
+
+
 def _counters_only(doc: dict) -> str:
+    if has_step_counts(doc):
+        return ("These traces have steps with their own token counts and no rounds (the vLLM recorder or "
+                "engine iteration lines: docs/recorder.md, \"What this source lacks\"). Per-request acceptance "
+                "and accept length, per-position survival by request, stop truncation, drafts invalidated by "
+                "structured output, the round ledger (draft and verify times), categories and repetition, "
+                "streaming gaps (ITL, max stall) and a speculation length per batch size need rounds and are "
+                "left out. The speedup is matched step by step at each batch size from the steps' own token "
+                "counts (the load curve below); acceptance comes from the interval counters.\n")
     return ("These traces hold aggregate counters only (the intervals table), no rounds: per-round "
             "acceptance, positions, stop truncation, structured output, round times and the load curve by "
             "batch size are unavailable. The speedup comes from the logs of a deployment and of its baseline "
             "at the same running-request counts (below). Import per-request responses (`specan import "
             "vllm-responses`) for the rest.\n")
+
+
+def _steps_load_curve(doc: dict) -> str:
+    curve = _iteration_curve(doc)
+    if not curve:
+        return ""
+    return ("## 6. Load curve by batch bucket\n\n"
+            "As batches grow, plain decoding uses the idle compute that speculation relied on. Each decode "
+            "step is matched with the baseline's steps at its own batch size; the speedup carries its 95% "
+            "interval.\n" + curve)
 
 
 def _header(doc: dict) -> str:

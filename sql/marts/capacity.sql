@@ -2,7 +2,8 @@
 -- the share of KV that drafts occupy, and output throughput: over the wall clock
 -- (output_tokens_per_s: the requests' output tokens ÷ first arrival to last finish,
 -- which idle hours dilute), over busy time (output_tokens_per_busy_s: tokens committed
--- by the clean steps' rounds ÷ the summed step durations) and in the busiest clock hour
+-- by the clean steps' rounds, or by the steps themselves when there are no rounds, ÷ the
+-- summed step durations) and in the busiest clock hour
 -- (peak_hour_output_tokens_per_s: tokens committed by steps starting in it ÷ 3600 s,
 -- and peak_hour, when that hour began; the earliest of equally busy hours). The peak
 -- hour measures the traffic when the engine keeps up with it: deployments that
@@ -21,9 +22,14 @@ with request_totals as (
     group by deployment_id
 ),
 
+-- a step's drafted and committed tokens: summed from its rounds, or, in a deployment
+-- without rounds, the counts the step carries itself (iteration lines, the vLLM recorder)
 step_drafts as (
     select step_uid, num_draft_tokens as draft_tokens, num_committed_tokens as committed_tokens
     from step_rounds
+    union all
+    select step_uid, num_draft_tokens as draft_tokens, num_committed_tokens as committed_tokens
+    from iteration_steps
 ),
 
 hourly as (

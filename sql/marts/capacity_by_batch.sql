@@ -4,16 +4,19 @@
 -- the deployment's busy time spent in the bucket.
 -- Grain: one row per deployment_id, batch_bucket (with clean steps that have a duration).
 --
--- Every step counts, prefill steps too: busy time is busy time. Durations are summed
+-- Every step counts, prefill steps too: busy time is busy time. A step's tokens are its
+-- rounds' or, in a deployment without rounds, its own (iteration_steps). Durations are summed
 -- as exact DECIMAL (exact_ms), so the sums are the same in any order.
 with per_step as (
     select
         s.deployment_id,
         batch_bucket(s.batch_size) as batch_bucket,
         exact_ms(s.duration_ms) as duration_ms,
-        coalesce(r.num_committed_tokens, 0) as committed_tokens
+        -- from the step's rounds, or the step's own counts in a deployment without rounds
+        coalesce(r.num_committed_tokens, i.num_committed_tokens, 0) as committed_tokens
     from steps as s
     left join step_rounds as r on r.step_uid = s.step_uid
+    left join iteration_steps as i on i.step_uid = s.step_uid
     where s.duration_ms is not null
 ),
 
