@@ -327,7 +327,7 @@ NOT_RUNNABLE = [
     ("install", lambda block, cmd: block in (0, 1),
      "the README's install and test commands: .ci/run runs the second in a clean clone",
      lambda cmds: (ROOT / ".ci" / "run").read_text().count("pip install") == 1),
-    ("engine", lambda block, cmd: cmd.startswith("vllm "),
+    ("engine", lambda block, cmd: bool(re.match(r"(?:[A-Z_]+=\S+ +)*vllm ", cmd)),
      "starts vLLM, the engine whose output is imported: not specan's to install",
      lambda cmds: "vllm" not in base_install_programs()),
     ("spark", lambda block, cmd: bool(re.search(r"--engine spark|spark-submit|spark://|s3a://", cmd)),
@@ -337,10 +337,11 @@ NOT_RUNNABLE = [
      "builds llama.cpp (minutes) and imports what it wrote: tests/test_e2e_llamacpp.py runs both",
      lambda cmds: "run.sh" in (ROOT / "tests" / "test_e2e_llamacpp.py").read_text(encoding="utf-8")),
     ("your files", lambda block, cmd: bool(re.search(
-        r"(?<![\w/.:-])(traces/|reduced/|spec\.jsonl|plain\.jsonl|spec\.log|plain\.log)", cmd)),
+        r"(?<![\w/.:-])(traces/|reduced/|spec\.jsonl|plain\.jsonl|spec\.log|plain\.log)|/var/lib/specan/", cmd)),
      "reads the reader's own traces or engine output, named as placeholders",
      lambda cmds: not any((ROOT / p).exists() for p in ("traces", "reduced", "spec.jsonl", "plain.jsonl",
-                                                          "spec.log", "plain.log"))),
+                                                          "spec.log", "plain.log"))
+     and not Path("/var/lib/specan").exists()),
     ("crontab", lambda block, cmd: bool(re.match(r"\d+ \d+ (\S+ ){3}/", cmd)),
      "a crontab line: cron runs it",
      lambda cmds: all(programs_of(c.split(" ", 5)[5])[0].endswith("/specan") for c in cmds)),

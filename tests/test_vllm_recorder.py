@@ -260,3 +260,16 @@ def test_a_killed_engine_leaves_its_closed_files_readable(vllm, tmp_path):
     # the next engine start removes the dead run's staging folder
     drive(vllm, tmp_path, "--method", "ngram", "--steps", 4)
     assert not (tmp_path / ".recording").exists()
+
+
+def test_several_api_servers_record_no_committed_tokens_and_say_why(vllm, tmp_path):
+    """Under --api-server-count 2 a frontend sees its own requests' tokens only: the steps keep
+    their durations and drafts, not a committed count that would be a part of the iteration's."""
+    fed = totals(drive(vllm, tmp_path, "--method", "ngram", "--api-servers", 2))
+    steps = scan(tmp_path, "select count(*), count(num_committed_tokens), count(counts_from), sum(num_draft_tokens), "
+                           "min(series) from {steps}, (select min(series) as series from {intervals})")
+    assert steps == (fed["steps"], 0, 0, fed["drafted"], "engine 000 api 0")
+    doc = report(tmp_path)
+    assert any("vLLM ran 2 API servers" in n and "--api-server-count 1" in n for n in doc["notes"]), doc["notes"]
+    assert doc["deployments"][0]["iteration_steps"] is None or not doc["deployments"][0]["iteration_steps"].get(
+        "decode_steps")

@@ -107,7 +107,13 @@ class SpecanStatLogger(StatLoggerBase):
         self.deployment_id = settings.deployment_id or default_deployment_id(vllm_config, self.method, self.gamma)
         self.details = bool(getattr(getattr(vllm_config, "observability_config", None),
                                     "enable_logging_iteration_details", False))
-        self.series = f"engine {self.engine_index:03d}"
+        # With several API servers (--api-server-count, the default under data parallelism),
+        # each frontend sees the tokens of its own requests only, and one of them an
+        # iteration's scheduler stats: a step's committed tokens are then not known here
+        parallel = getattr(vllm_config, "parallel_config", None)
+        self.api_servers = int(getattr(parallel, "_api_process_count", 1) or 1)
+        api_rank = int(getattr(parallel, "_api_process_rank", 0) or 0)
+        self.series = f"engine {self.engine_index:03d}" + (f" api {api_rank}" if self.api_servers > 1 else "")
         run = f"{os.getpid()}-e{self.engine_index}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         self.last_step_id = 0
         self.window = _Window(time.time(), self.gamma)
@@ -122,6 +128,10 @@ class SpecanStatLogger(StatLoggerBase):
             return
         # at exit (vLLM's shutdown): the interval under way, then every file closed and renamed
         atexit.register(self._finish)
+        if self.api_servers > 1:
+            self.writer.note(f"vLLM ran {self.api_servers} API servers: each sees only its own requests' tokens, "
+                             "so the recorded steps carry no committed tokens and the speedup has no steps "
+                             "basis; start vllm with --api-server-count 1 for it (docs/recorder.md)")
         if not self.details:
             self.writer.note("the recorder wrote no steps: vLLM was started without "
                              "--enable-logging-iteration-details, so no iteration's duration reached it "
@@ -192,17 +202,17 @@ class SpecanStatLogger(StatLoggerBase):
                       self.last_step_id + STEP_ID_ENGINES)
         self.last_step_id = step_id
         committed = None
-        if iteration_stats is not None:
+        if iteration_stats is not None and self.api_servers == 1:
             # every token the iteration appended, less the first token of each request whose
             # prefill ended here (one each): what its decoding requests committed
             committed = iteration_stats.num_generation_tokens - len(iteration_stats.time_to_first_tokens_iter)
         # no speculative stats: the iteration drafted nothing (plain decoding, a prefill-only step)
         drafted, accepted = (spec.num_draft_tokens, spec.num_accepted_tokens) if spec is not None else (0, 0)
-        preempted = iteration_stats.num_preempted_reqs if iteration_stats is not None else None
+        preempted = iteration_stats.num_preempted_reqs if iteration_stats is not None and self.api_servers == 1 else None
         writer.add("steps", (self.deployment_id, step_id, start_us, float(details.elapsed_ms),
                              details.num_generation_requests, details.num_ctx_tokens,
                              float(scheduler_stats.kv_cache_usage), preempted, drafted, accepted, committed,
-                             "iteration"))
+                             None if committed is None else "iteration"))
 
     def _request(self, writer, now: float, finished) -> None:
         self.requests_seen += 1

@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--start", type=float, default=None, help="epoch seconds of the first step")
     parser.add_argument("--kill-after", type=int, default=None, help="SIGKILL before the K-th decode iteration")
     parser.add_argument("--pace", type=float, default=0.0, help="seconds to wait before each decode iteration")
+    parser.add_argument("--api-servers", type=int, default=1, help="as vllm serve --api-server-count")
     parser.add_argument("--progress", action="store_true", help="a line on stderr per decode iteration")
     args = parser.parse_args()
 
@@ -72,7 +73,7 @@ def main() -> None:
     gamma = args.gamma if speculative else 0
     engine_args = EngineArgs(
         model=args.model, skip_tokenizer_init=True, load_format="dummy", enforce_eager=True,
-        enable_logging_iteration_details=True, data_parallel_size=1,
+        enable_logging_iteration_details=True, data_parallel_size=1, _api_process_count=args.api_servers,
         speculative_config=({"method": args.method, "num_speculative_tokens": gamma, "prompt_lookup_max": 4,
                              "prompt_lookup_min": 2} if speculative else None))
     config = engine_args.create_engine_config()
