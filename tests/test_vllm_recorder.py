@@ -72,14 +72,19 @@ def vllm(tmp_path_factory) -> dict:
     return {"python": str(python), "model": str(model), "env": run_env}
 
 
-def drive(vllm: dict, folder: Path | None, *args, check: bool = True, **settings) -> subprocess.CompletedProcess:
-    """Run drive.py in the vLLM environment, recording to ``folder`` (None: no setting)."""
+def drive_env(vllm: dict, folder: Path | None, **settings) -> dict:
+    """drive.py's environment, recording to ``folder`` (None: no setting) with ``settings``."""
     env = dict(vllm["env"])
     if folder is not None:
         env["SPECAN_RECORD_DIR"] = str(folder)
     env.update({f"SPECAN_RECORD_{k.upper()}": str(v) for k, v in settings.items()})
+    return env
+
+
+def drive(vllm: dict, folder: Path | None, *args, check: bool = True, **settings) -> subprocess.CompletedProcess:
+    """Run drive.py in the vLLM environment, recording to ``folder`` (None: no setting)."""
     done = subprocess.run([vllm["python"], str(DRIVE), vllm["model"], *map(str, args)], capture_output=True,
-                          text=True, timeout=900, env=env)
+                          text=True, timeout=900, env=drive_env(vllm, folder, **settings))
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
     return done
@@ -273,3 +278,26 @@ def test_several_api_servers_record_no_committed_tokens_and_say_why(vllm, tmp_pa
     assert any("vLLM ran 2 API servers" in n and "--api-server-count 1" in n for n in doc["notes"]), doc["notes"]
     assert doc["deployments"][0]["iteration_steps"] is None or not doc["deployments"][0]["iteration_steps"].get(
         "decode_steps")
+
+
+def test_the_files_are_read_while_the_engine_still_runs(vllm, tmp_path):
+    """A report in the middle of a run reads the files closed so far, whole, and nothing else;
+    the run's end brings the rest."""
+    process = subprocess.Popen([vllm["python"], str(DRIVE), vllm["model"], "--method", "ngram", "--pace", "0.05",
+                                "--progress"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=drive_env(vllm, tmp_path, rotate_seconds=0.3, flush_seconds=0.1))
+    try:
+        for line in process.stderr:         # drive.py's progress: one line per decode iteration
+            if line.strip() == '{"fed": 40}':
+                break
+        middle = report(tmp_path)
+        assert process.poll() is None, "the run ended before the report read its files"
+        out, _ = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == 0
+    fed = json.loads(next(line for line in reversed(out.splitlines()) if line.startswith('{"steps"')))
+    # 40 decode and 5 prefill-only iterations were fed; what was rotated into place by then is read
+    assert 0 < middle["input"]["steps"] <= 45 and middle["input"]["rejected_rows"] == 0
+    assert report(tmp_path)["input"]["steps"] == fed["steps"] == 2 * N + 10
