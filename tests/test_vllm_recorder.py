@@ -208,6 +208,9 @@ def test_the_markdown_names_what_the_recorder_cannot_fill(recorded):
                     "the round ledger (draft and verify times)"):
         assert missing in md
     assert "## 2. Load curve by batch bucket" in md and "## 3. Latency (ms)" in md
+    assert "mean accept length – (no rounds; per hour from the engine's counters: Aggregate counters)" in md
+    # the counters' accept length: 1 + 2·400 accepted / 2·200 drafts
+    assert f"| {SPEC_ID} | 2027-01-15 08:00:00 |" in md and "| 3.000 |" in md
     # busy throughput from the steps' own counts: 2·(3·40 + 12·40) tokens over the steps' time
     spec_ms = sum(b["ms"] for t in recorded["spec"] for b in t["by_batch"].values()) + 20.0 * 20
     row = next(line for line in md.splitlines() if line.startswith(f"| {SPEC_ID} | 20 | 0 |"))

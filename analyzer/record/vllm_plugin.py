@@ -116,7 +116,7 @@ class SpecanStatLogger(StatLoggerBase):
         self.series = f"engine {self.engine_index:03d}" + (f" api {api_rank}" if self.api_servers > 1 else "")
         run = f"{os.getpid()}-e{self.engine_index}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         self.last_step_id = 0
-        self.window = _Window(time.time(), self.gamma)
+        self.window = _Window(None, self.gamma)
         self.requests_seen = 0
         self.dummy_iterations = 0
         try:
@@ -260,7 +260,9 @@ class SpecanStatLogger(StatLoggerBase):
 class _Window:
     """The speculative counters of one interval of one engine, summed as they arrive."""
 
-    def __init__(self, start: float, gamma: int, first: bool = True):
+    def __init__(self, start: float | None, gamma: int, first: bool = True):
+        # the first window starts at the engine's first iteration (None until then): an idle
+        # start-up is no part of its throughput
         self.start = start
         self.first = first
         self.drafts = self.drafted = self.accepted = 0
@@ -272,6 +274,8 @@ class _Window:
         self.last = start
 
     def observe(self, scheduler_stats, iteration_stats, spec, now: float) -> None:
+        if self.start is None:
+            self.start = now
         self.observed = True
         self.last = now
         if spec is not None:

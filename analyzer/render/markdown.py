@@ -74,6 +74,16 @@ def has_step_counts(doc: dict) -> bool:
     return any((d.get("iteration_steps") or {}).get("decode_steps") for d in doc["deployments"])
 
 
+def _counted_per_interval(doc: dict, d: dict) -> str:
+    """Where the rounds give no accept length but the interval counters of the deployment
+    do (the vLLM recorder, iteration lines beside logs), say where it is."""
+    if not is_missing(d.get("mean_accept_length")):
+        return ""
+    counted = any(r["deployment_id"] == d["deployment_id"] and not r.get("benchmark")
+                  and not is_missing(r.get("mean_accept_length")) for r in doc.get("intervals") or [])
+    return " (no rounds; per hour from the engine's counters: Aggregate counters)" if counted else ""
+
+
 def _counters_only(doc: dict) -> str:
     if has_step_counts(doc):
         return ("These traces have steps with their own token counts and no rounds (the vLLM recorder or "
@@ -248,7 +258,7 @@ def _findings(doc: dict) -> str:
         text = (f"- **{dep}** ({d['method']}, γ={gamma_text(d)}): {with_interval_of(d, 'speedup', '×')} "
                 f"the throughput of {d['baseline_id']} at the same {matched} ({verdict}), over "
                 f"{pct(d['speedup_coverage'])} of its tokens; mean accept length "
-                f"{with_interval_of(d, 'mean_accept_length')}.")
+                f"{with_interval_of(d, 'mean_accept_length')}{_counted_per_interval(doc, d)}.")
         text += _by_interval(curve.get(dep, []))
         text += _latency_finding(d, baselines.get(d["baseline_id"]))
         lines.append(text)
