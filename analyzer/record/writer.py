@@ -257,16 +257,10 @@ class TraceWriter:
         for partition in by_partition:
             self._replicate(partition.split("/")[0])
         for partition, part in sorted(by_partition.items()):
-            columns = list(zip(*part))
-            batch = pa.table([pa.array(values, type=field.type) for values, field in zip(columns, schema)],
-                             schema=schema)
             key = (table, partition)
             if key not in self.open:
-                self.sequence += 1
-                name = f"{_safe(self.deployment_id)}.{self.run}.{self.sequence:06d}.parquet"
-                self.open[key] = _OpenFile(self.staging / f"{table}.{name}.partial",
-                                           self.settings.folder / table / partition / name, schema, now)
-            self.open[key].write(batch)
+                self.open[key] = self._new_file(table, partition, schema, now)
+            self.open[key].write(_rows_table(part, schema))
 
     def _replicate(self, date: str) -> None:
         """The replicated tables' row in the date partition ``date`` (once per run)."""
@@ -278,15 +272,17 @@ class TraceWriter:
 
     def _write_file(self, table: str, partition: str, schema: pa.Schema, rows: list[tuple]) -> None:
         """A whole file of ``rows`` at once, renamed into place."""
-        self.sequence += 1
-        name = f"{_safe(self.deployment_id)}.{self.run}.{self.sequence:06d}.parquet"
-        columns = list(zip(*rows))
-        handle = _OpenFile(self.staging / f"{table}.{name}.partial", self.settings.folder / table / partition / name,
-                           schema, 0.0)
-        handle.write(pa.table([pa.array(values, type=field.type) for values, field in zip(columns, schema)],
-                              schema=schema))
+        handle = self._new_file(table, partition, schema, 0.0)
+        handle.write(_rows_table(rows, schema))
         handle.publish()
         self.files_written += 1
+
+    def _new_file(self, table: str, partition: str, schema: pa.Schema, opened_at: float) -> _OpenFile:
+        """The next file of this run, staged until published into ``table/partition/``."""
+        self.sequence += 1
+        name = f"{_safe(self.deployment_id)}.{self.run}.{self.sequence:06d}.parquet"
+        return _OpenFile(self.staging / f"{table}.{name}.partial", self.settings.folder / table / partition / name,
+                         schema, opened_at)
 
     def _publish(self, key: tuple[str, str]) -> None:
         handle = self.open.pop(key)
@@ -347,6 +343,12 @@ class _OpenFile:
             self.writer.close()
         except Exception:
             pass
+
+
+def _rows_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
+    """Row tuples (in the schema's column order) as an Arrow table."""
+    columns = list(zip(*rows))
+    return pa.table([pa.array(values, type=field.type) for values, field in zip(columns, schema)], schema=schema)
 
 
 def _safe(text: str) -> str:
